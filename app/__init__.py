@@ -1,0 +1,112 @@
+"""Application factory: reads as a table of contents of the service."""
+import os
+
+from flask import Flask
+from sqlalchemy import event
+from werkzeug.middleware.proxy_fix import ProxyFix
+
+from app import config as settings
+from app import crypto, errors, http, logs
+from app.extensions import context_store, cors, db, limiter, migrate
+from app.traffic import limits
+
+
+def create_app(overrides=None):
+    app = Flask(__name__, instance_relative_config=True)
+    configure(app, overrides)
+    logs.init_app(app)
+    register_extensions(app)
+    register_blueprints(app)
+    errors.init_app(app)
+    register_commands(app)
+    return app
+
+
+def configure(app, overrides):
+    app.config.update(settings.from_environment(app.instance_path))
+    app.config.update(overrides or {})
+    settings.validate(app.config)
+    if app.config["SECRET_ENCRYPTION_KEY"] is None:
+        app.config["SECRET_ENCRYPTION_KEY"] = crypto.local_encryption_key(app.instance_path)
+    app.config["SQLALCHEMY_ENGINE_OPTIONS"] = _engine_options(app.config)
+    app.config.update(
+        RATELIMIT_STORAGE_URI=app.config["REDIS_URL"] or "memory://",
+        RATELIMIT_STORAGE_OPTIONS=_limiter_storage_options(app.config),
+        RATELIMIT_STRATEGY="moving-window",
+        RATELIMIT_SWALLOW_ERRORS=True,
+        RATELIMIT_HEADERS_ENABLED=False,
+    )
+    if app.config["TRUSTED_PROXY_HOPS"]:
+        hops = app.config["TRUSTED_PROXY_HOPS"]
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=hops, x_proto=hops, x_host=hops)
+
+
+def _engine_options(config):
+    if config["SQLALCHEMY_DATABASE_URI"].startswith("sqlite"):
+        os.makedirs(os.path.dirname(config["SQLALCHEMY_DATABASE_URI"][len("sqlite:///"):]) or ".",
+                    exist_ok=True)
+        return {"connect_args": {"timeout": 30}}
+    return {"pool_pre_ping": True, "pool_size": 5, "max_overflow": 5,
+            "connect_args": {"connect_timeout": 5}}
+
+
+def _limiter_storage_options(config):
+    if not config["REDIS_URL"]:
+        return {}
+    timeout = config["REDIS_SOCKET_TIMEOUT"]
+    return {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+
+
+def register_extensions(app):
+    db.init_app(app)
+    with app.app_context():
+        _tune_sqlite(db.engine)
+    migrate.init_app(app, db, directory=os.path.join(os.path.dirname(app.root_path), "migrations"))
+    http.init_app(app)
+    limits.init_app(app)
+    limiter.init_app(app)
+    cors.init_app(
+        app,
+        resources={r"/v1/*": {"origins": app.config["CORS_ORIGINS"]}},
+        allow_headers=["X-Service-Key", "Content-Type", "Idempotency-Key", "X-Request-Id"],
+        expose_headers=["X-Request-Id", "X-RateLimit-Limit", "X-RateLimit-Remaining",
+                        "X-RateLimit-Reset", "Retry-After", "Idempotent-Replayed"],
+        methods=["GET", "POST", "PATCH", "OPTIONS"],
+        max_age=600,
+    )
+    context_store.init_app(app)
+
+
+def _tune_sqlite(engine):
+    """Embedded SQLite: WAL, and BEGIN IMMEDIATE so concurrent writers queue instead of failing."""
+    if engine.dialect.name != "sqlite":
+        return
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection, _record):
+        dbapi_connection.isolation_level = None
+        dbapi_connection.execute("PRAGMA journal_mode=WAL")
+        dbapi_connection.execute("PRAGMA foreign_keys=ON")
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection):
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def register_blueprints(app):
+    from app import health
+    from app.admin.routes import bp as admin_bp
+    from app.tenants.routes import bp as tenant_bp
+
+    app.register_blueprint(health.bp)
+    for blueprint in (tenant_bp, admin_bp):
+        limits.limit_failed_authentication(blueprint)
+        app.register_blueprint(blueprint)
+
+
+def register_commands(app):
+    from app.admin.cli import admin_keys
+    from app.tenants.cli import tenants
+
+    app.cli.add_command(tenants)
+    app.cli.add_command(admin_keys)

@@ -1,0 +1,27 @@
+"""What the CLI groups share: one-line errors and JSON output."""
+import json
+from functools import wraps
+
+import click
+from marshmallow import ValidationError
+
+from app.errors import ApiError, _first_message
+
+
+def one_line_errors(command):
+    """Turn service and validation errors into a single 'Error: ...' line and exit status 1."""
+
+    @wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except ApiError as exc:
+            raise click.ClickException(exc.error) from None
+        except ValidationError as exc:
+            raise click.ClickException(_first_message(exc.messages)) from None
+
+    return wrapper
+
+
+def echo_json(value):
+    click.echo(json.dumps(value, indent=2, default=str))

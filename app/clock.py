@@ -1,0 +1,17 @@
+"""Time in one place, so billing periods and expiries agree and tests can travel in time."""
+import time
+from datetime import datetime, timezone
+
+
+def now_seconds():
+    return int(time.time())
+
+
+def utcnow():
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def billing_period(at=None):
+    """The calendar month in UTC, as 'YYYY-MM'."""
+    moment = at or datetime.now(timezone.utc)
+    return f"{moment.year:04d}-{moment.month:02d}"

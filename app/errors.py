@@ -1,0 +1,144 @@
+"""The one place that turns every failure into the JSON envelope of CONTRACT.md."""
+import logging
+import math
+import time
+
+from flask import g, jsonify
+from marshmallow import ValidationError
+from sqlalchemy.exc import OperationalError, InterfaceError
+from flask_limiter.errors import RateLimitExceeded
+from werkzeug.exceptions import HTTPException
+
+from app.extensions import limiter
+
+log = logging.getLogger(__name__)
+
+
+class ApiError(Exception):
+    """An error the client is meant to see: status, error text, optional details and headers."""
+
+    status = 400
+
+    def __init__(self, error, status=None, details=None, headers=None, retry_after=None):
+        super().__init__(error)
+        self.error = error
+        if status is not None:
+            self.status = status
+        self.details = details
+        self.headers = dict(headers or {})
+        self.retry_after = retry_after
+        if retry_after is not None:
+            self.headers.setdefault("Retry-After", str(retry_after))
+
+
+class BadRequest(ApiError):
+    status = 400
+
+
+class Unauthorized(ApiError):
+    status = 401
+
+
+class Forbidden(ApiError):
+    status = 403
+
+
+class NotFound(ApiError):
+    status = 404
+
+
+class Conflict(ApiError):
+    status = 409
+
+
+class Unprocessable(ApiError):
+    status = 422
+
+
+class TooManyRequests(ApiError):
+    status = 429
+
+
+class BadGateway(ApiError):
+    status = 502
+
+
+class Unavailable(ApiError):
+    status = 503
+
+
+def error_response(error, status, details=None, headers=None, retry_after=None):
+    body = {"error": error, "request_id": g.get("request_id")}
+    if details:
+        body["details"] = details
+    if retry_after is not None:
+        body["retry_after"] = retry_after
+    response = jsonify(body)
+    response.status_code = status
+    for name, value in (headers or {}).items():
+        response.headers[name] = value
+    return response
+
+
+def _api_error(exc):
+    return error_response(exc.error, exc.status, exc.details, exc.headers, exc.retry_after)
+
+
+UNKNOWN_FIELD = "unknown field"
+
+
+def _validation_error(exc):
+    return error_response(_first_message(exc.messages), 400, details=exc.messages)
+
+
+def _first_message(messages, field=None):
+    """Pick one message as the error text; schemas word their messages to stand alone."""
+    if isinstance(messages, dict):
+        for name, value in messages.items():
+            return _first_message(value, name)
+    if isinstance(messages, list) and messages:
+        return _first_message(messages[0], field)
+    if messages == UNKNOWN_FIELD and field is not None:
+        return f"unknown field: {field}"
+    return str(messages) if messages else "invalid request"
+
+
+def _http_error(exc):
+    # Werkzeug's own description is fine to show; it never contains request data.
+    headers = {}
+    if exc.code == 405 and exc.valid_methods:
+        headers["Allow"] = ", ".join(sorted(exc.valid_methods))
+    texts = {
+        404: "not found",
+        405: "method not allowed",
+        413: "request body too large (limit 64 KiB)",
+        415: "Content-Type must be application/json",
+    }
+    error = texts.get(exc.code, (exc.name or "error").lower())
+    return error_response(error, exc.code or 500, headers=headers)
+
+
+def _rate_limited(exc):
+    current = limiter.current_limit
+    retry_after = max(1, math.ceil(current.reset_at - time.time())) if current else 60
+    return error_response("rate limit exceeded", 429, retry_after=retry_after)
+
+
+def _database_unavailable(exc):
+    log.error("database unavailable: %s", type(exc).__name__)
+    return error_response("service temporarily unavailable", 503, headers={"Retry-After": "1"})
+
+
+def _unexpected(exc):
+    log.exception("unhandled error")
+    return error_response("internal server error", 500)
+
+
+def init_app(app):
+    app.register_error_handler(ApiError, _api_error)
+    app.register_error_handler(ValidationError, _validation_error)
+    app.register_error_handler(RateLimitExceeded, _rate_limited)
+    app.register_error_handler(HTTPException, _http_error)
+    app.register_error_handler(OperationalError, _database_unavailable)
+    app.register_error_handler(InterfaceError, _database_unavailable)
+    app.register_error_handler(Exception, _unexpected)

@@ -1,0 +1,26 @@
+"""Extension singletons: instantiated here, bound to the app in create_app."""
+from flask_cors import CORS
+from flask_limiter import Limiter
+from flask_migrate import Migrate
+from flask_sqlalchemy import SQLAlchemy
+from sqlalchemy import MetaData
+
+from app.context_store.session import ContextStoreSession
+from app.traffic.addresses import client_address
+
+# Named constraints keep Alembic migrations identical on SQLite and PostgreSQL.
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+db = SQLAlchemy(metadata=MetaData(naming_convention=NAMING_CONVENTION))
+migrate = Migrate()
+cors = CORS()
+# Only the per-address limit on failed authentication goes through Flask-Limiter; the
+# per-tenant token bucket lives in app.traffic.bucket (limits has no token bucket).
+limiter = Limiter(key_func=client_address, default_limits=[], headers_enabled=False)
+context_store = ContextStoreSession()

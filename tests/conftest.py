@@ -1,0 +1,145 @@
+"""Fixtures: the app on SQLite by default, or on PostgreSQL/Redis when TEST_DATABASE_URL and
+TEST_REDIS_URL are set. The schema comes from the Alembic migrations, so they are tested too."""
+import os
+
+import pytest
+import redis
+from cryptography.fernet import Fernet
+from flask_migrate import upgrade
+from sqlalchemy import create_engine, text
+
+from app import create_app
+from app.config import normalize_database_url
+from app.extensions import db, limiter
+from app.tenants import service as tenant_service
+from tests.support import Credentials
+
+ENCRYPTION_KEY = Fernet.generate_key().decode()
+TEST_DATABASE_URL = os.environ.get("TEST_DATABASE_URL")
+TEST_REDIS_URL = os.environ.get("TEST_REDIS_URL")
+
+
+@pytest.fixture(scope="session")
+def database_url(tmp_path_factory):
+    if TEST_DATABASE_URL:
+        engine = create_engine(normalize_database_url(TEST_DATABASE_URL))
+        with engine.begin() as connection:
+            connection.execute(text("DROP SCHEMA public CASCADE"))
+            connection.execute(text("CREATE SCHEMA public"))
+        engine.dispose()
+        return TEST_DATABASE_URL
+    return "sqlite:///" + str(tmp_path_factory.mktemp("db") / "test.db")
+
+
+@pytest.fixture(scope="session")
+def base_settings(database_url, tmp_path_factory):
+    return {
+        "TESTING": True,
+        "SQLALCHEMY_DATABASE_URI": database_url,
+        "REDIS_URL": TEST_REDIS_URL,
+        "SECRET_ENCRYPTION_KEY": ENCRYPTION_KEY,
+        "CONTEXT_STORE_URL": None,
+        "CORS_ORIGINS": [],
+        "MULTI_TENANCY": True,
+        "SMTP_HOST": None,
+    }
+
+
+@pytest.fixture(scope="session")
+def migrated(base_settings):
+    app = create_app(dict(base_settings))
+    with app.app_context():
+        upgrade()
+    return True
+
+
+@pytest.fixture
+def settings(base_settings):
+    """Per-test overrides: a test edits this dict before asking for `app`."""
+    return dict(base_settings)
+
+
+@pytest.fixture
+def app(settings, migrated):
+    app = create_app(settings)
+    with app.app_context():
+        yield app
+        db.session.remove()
+        _clean_database()
+    limiter.reset()
+    if TEST_REDIS_URL:
+        client = redis.Redis.from_url(TEST_REDIS_URL)
+        for key in client.scan_iter("intentgate:*"):
+            client.delete(key)
+
+
+def _clean_database():
+    tables = [table.name for table in reversed(db.metadata.sorted_tables)]
+    if db.engine.dialect.name == "postgresql":
+        db.session.execute(text(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE"))
+    else:
+        for table in tables:
+            db.session.execute(text(f"DELETE FROM {table}"))
+    db.session.commit()
+
+
+@pytest.fixture
+def client(app):
+    return app.test_client()
+
+
+@pytest.fixture
+def runner(app):
+    return app.test_cli_runner()
+
+
+def _provision(plan="free", email=None):
+    email = email or f"tenant{os.urandom(4).hex()}@example.com"
+    provisioned = tenant_service.create_tenant(email, plan)
+    return Credentials(provisioned.tenant.id, email, provisioned.api_key, provisioned.signing_secret)
+
+
+@pytest.fixture
+def make_tenant(app):
+    return _provision
+
+
+@pytest.fixture
+def tenant(make_tenant):
+    return make_tenant("starter")
+
+
+@pytest.fixture
+def gunicorn(tmp_path, base_settings, migrated):
+    """Start gunicorn on the test database: gunicorn(workers=4, **environment)."""
+    from tests.servers import GunicornServer
+
+    if not TEST_DATABASE_URL:
+        pytest.skip("multi-process tests need PostgreSQL: set TEST_DATABASE_URL "
+                    "(SQLite is the single-host embedded default)")
+    servers = []
+
+    def start(workers=4, threads=1, **environment):
+        env = {
+            "DATABASE_URL": TEST_DATABASE_URL,
+            "SECRET_ENCRYPTION_KEY": ENCRYPTION_KEY,
+            "LOG_LEVEL": "INFO",
+        }
+        if TEST_REDIS_URL:
+            env["REDIS_URL"] = TEST_REDIS_URL
+        env.update({key: str(value) for key, value in environment.items()})
+        server = GunicornServer(tmp_path / f"gunicorn-{len(servers)}.log", env, workers, threads)
+        servers.append(server)
+        return server.start()
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def pytest_report_header(config):
+    database = "PostgreSQL (TEST_DATABASE_URL)" if TEST_DATABASE_URL else (
+        "SQLite; PostgreSQL and multi-process tests skip (set TEST_DATABASE_URL)")
+    store = "Redis (TEST_REDIS_URL)" if TEST_REDIS_URL else (
+        "database token bucket; Redis tests skip (set TEST_REDIS_URL)")
+    return [f"database: {database}", f"rate-limit store: {store}"]

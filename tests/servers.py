@@ -1,0 +1,81 @@
+"""Real gunicorn workers for the guarantees that are about several processes."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import requests
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class GunicornServer:
+    def __init__(self, log_path, environment, workers=4, threads=1, config="deploy/gunicorn.conf.py"):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = Path(log_path)
+        self.environment = {
+            **os.environ,
+            **environment,
+            "GUNICORN_BIND": f"127.0.0.1:{self.port}",
+            "GUNICORN_WORKERS": str(workers),
+            "GUNICORN_THREADS": str(threads),
+        }
+        self.config = config
+        self.process = None
+
+    def start(self, wait=30):
+        self._log = open(self.log_path, "ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "-c", self.config, "wsgi:app"],
+            cwd=ROOT, env=self.environment, stdout=self._log, stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"gunicorn exited early:\n{self.log_path.read_text()[-3000:]}")
+            try:
+                if requests.get(self.url + "/health", timeout=5).status_code == 200:
+                    return self
+            except (requests.ConnectionError, requests.Timeout):
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"gunicorn did not become healthy:\n{self.log_path.read_text()[-3000:]}")
+
+    def stop(self, sig=signal.SIGTERM, timeout=30):
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+        return self.process.returncode
+
+    def log_records(self):
+        records = []
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            if line.startswith("{"):
+                try:
+                    records.append(json.loads(line))
+                except ValueError:
+                    continue
+        return records
+
+    def pids_for(self, request_ids):
+        """The worker pids that served the given request ids (from the JSON access log)."""
+        wanted = set(request_ids)
+        return {record["pid"] for record in self.log_records()
+                if record.get("logger") == "app.access" and record.get("request_id") in wanted}

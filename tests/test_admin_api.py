@@ -1,0 +1,131 @@
+"""The admin HTTP API and key delivery by email over a real SMTP server (aiosmtpd)."""
+import email
+import json
+import socket
+
+import pytest
+from aiosmtpd.controller import Controller
+
+from tests.support import assert_envelope
+
+
+class Inbox:
+    def __init__(self):
+        self.messages = []
+
+    async def handle_DATA(self, server, session, envelope):
+        self.messages.append(email.message_from_bytes(envelope.content))
+        return "250 OK"
+
+
+def _free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def smtp_inbox(app):
+    inbox = Inbox()
+    controller = Controller(inbox, hostname="127.0.0.1", port=_free_port())
+    controller.start()
+    app.config.update(SMTP_HOST="127.0.0.1", SMTP_PORT=controller.port)
+    yield inbox
+    controller.stop()
+
+
+@pytest.fixture
+def admin_headers(runner):
+    result = runner.invoke(args=["admin-keys", "create", "--name", "internal", "--json"])
+    return {"X-Service-Key": json.loads(result.stdout)["api_key"]}
+
+
+def test_create_returns_the_key_once_and_it_works(client, admin_headers):
+    response = client.post("/v1/admin/tenants", headers=admin_headers,
+                           json={"email": "New@Example.com", "plan": "pro"})
+    assert response.status_code == 201
+    body = response.get_json()
+    assert body["email"] == "new@example.com" and body["plan"] == "pro" and body["active"]
+    assert body["usage"]["rate_limit"] == 500_000
+    tenant_headers = {"X-Service-Key": body["api_key"]}
+    assert client.get("/v1/tenant/usage", headers=tenant_headers).status_code == 200
+    shown = client.get(f"/v1/admin/tenants/{body['tenant_id']}", headers=admin_headers).get_json()
+    assert "api_key" not in shown and "signing_secret" not in shown
+    assert shown["api_key_prefix"] == body["api_key"][:15]
+
+
+@pytest.mark.parametrize(
+    "payload, error",
+    [
+        ({}, "email is required"),
+        ({"email": "nope"}, "email is not a valid email address"),
+        ({"email": "a@example.com", "plan": "gold"}, "plan must be one of: free, starter, pro, enterprise"),
+        ({"email": "a@example.com", "colour": "red"}, "unknown field: colour"),
+        ({"email": 5}, "email must be a string"),
+    ],
+)
+def test_create_validates_the_body(client, admin_headers, payload, error):
+    body = assert_envelope(client.post("/v1/admin/tenants", headers=admin_headers, json=payload),
+                           400, error)
+    assert body["details"]
+
+
+def test_create_requires_json(client, admin_headers):
+    response = client.post("/v1/admin/tenants", headers=admin_headers, data="email=a@b.c")
+    assert_envelope(response, 400, "Content-Type must be application/json")
+
+
+def test_list_and_update(client, admin_headers, make_tenant):
+    first, second = make_tenant("free"), make_tenant("starter")
+    listed = client.get("/v1/admin/tenants?limit=1", headers=admin_headers).get_json()
+    assert [t["tenant_id"] for t in listed["tenants"]] == [first.tenant_id] and listed["has_more"]
+    after = client.get(f"/v1/admin/tenants?starting_after={first.tenant_id}",
+                       headers=admin_headers).get_json()
+    assert [t["tenant_id"] for t in after["tenants"]] == [second.tenant_id]
+    assert_envelope(client.get("/v1/admin/tenants?limit=0", headers=admin_headers), 400,
+                    "limit must be an integer between 1 and 200")
+    patched = client.patch(f"/v1/admin/tenants/{first.tenant_id}", headers=admin_headers,
+                           json={"plan": "enterprise", "active": False})
+    assert patched.status_code == 200
+    assert patched.get_json()["plan"] == "enterprise" and patched.get_json()["active"] is False
+    assert client.get("/v1/tenant/usage", headers=first.headers).status_code == 401
+    assert_envelope(client.patch(f"/v1/admin/tenants/{first.tenant_id}", headers=admin_headers,
+                                 json={}), 400, "give at least one of plan, active, signature_scheme")
+    assert_envelope(client.get("/v1/admin/tenants/999999", headers=admin_headers), 404,
+                    "tenant not found")
+
+
+def test_tenant_key_cannot_use_the_admin_api(client, tenant):
+    assert_envelope(client.get("/v1/admin/tenants", headers=tenant.headers), 403,
+                    "this endpoint requires an admin key")
+
+
+def test_paid_plan_key_is_emailed(client, admin_headers, smtp_inbox, runner):
+    response = client.post("/v1/admin/tenants", headers=admin_headers,
+                           json={"email": "buyer@example.com", "plan": "starter", "send_email": True})
+    body = response.get_json()
+    assert body["email_sent"] is True
+    (message,) = smtp_inbox.messages
+    assert message["To"] == "buyer@example.com"
+    assert body["api_key"] in message.get_payload()
+    result = runner.invoke(args=["tenants", "create", "--email", "cli-buyer@example.com",
+                                 "--plan", "pro", "--send-email"])
+    assert result.exit_code == 0 and len(smtp_inbox.messages) == 2
+
+
+def test_free_plan_key_is_not_emailed(client, admin_headers, smtp_inbox):
+    client.post("/v1/admin/tenants", headers=admin_headers,
+                json={"email": "free@example.com", "plan": "free", "send_email": True})
+    assert smtp_inbox.messages == []
+
+
+def test_smtp_failure_is_reported_and_the_tenant_still_exists(client, admin_headers, caplog):
+    client.application.config.update(SMTP_HOST="127.0.0.1", SMTP_PORT=_free_port(), SMTP_TIMEOUT=2)
+    response = client.post("/v1/admin/tenants", headers=admin_headers,
+                           json={"email": "unlucky@example.com", "plan": "pro", "send_email": True})
+    body = response.get_json()
+    assert response.status_code == 201
+    assert body["email_sent"] is False and "email delivery failed" in body["email_error"]
+    assert body["api_key"] not in caplog.text
+    shown = client.get(f"/v1/admin/tenants/{body['tenant_id']}", headers=admin_headers)
+    assert shown.status_code == 200

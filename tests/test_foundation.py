@@ -1,0 +1,104 @@
+"""Config, request ids, the error envelope, health."""
+import json
+import logging
+
+import pytest
+
+from app import create_app
+from app.config import ConfigError
+from tests.support import assert_envelope
+
+
+def test_default_config_is_not_testing(monkeypatch, tmp_path):
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    app = create_app({"SECRET_ENCRYPTION_KEY": None})
+    assert not app.testing
+    assert app.config["SQLALCHEMY_DATABASE_URI"].startswith("sqlite:///")
+    assert app.config["SQLALCHEMY_DATABASE_URI"].endswith("instance/intentgate.db")
+    assert app.config["MULTI_TENANCY"] is True
+    assert app.config["CORS_ORIGINS"] == []
+
+
+@pytest.mark.parametrize(
+    "name, value, message",
+    [
+        ("CLOCK_SKEW_SECONDS", "soon", "CLOCK_SKEW_SECONDS must be an integer"),
+        ("MULTI_TENANCY", "maybe", "MULTI_TENANCY must be true or false"),
+        ("DATABASE_URL", "mysql://x/y", "DATABASE_URL must be a sqlite:// or postgresql:// URL"),
+        ("SECRET_ENCRYPTION_KEY", "not-a-key", "SECRET_ENCRYPTION_KEY must be a Fernet key"),
+        ("RATE_LIMIT_CAPACITY", "0", "RATE_LIMIT_CAPACITY must be between 1"),
+    ],
+)
+def test_bad_settings_fail_fast(monkeypatch, name, value, message):
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match=message):
+        create_app()
+
+
+def test_production_requires_an_encryption_key(monkeypatch):
+    monkeypatch.setenv("DEPLOYMENT_MODE", "production")
+    monkeypatch.delenv("SECRET_ENCRYPTION_KEY", raising=False)
+    with pytest.raises(ConfigError, match="SECRET_ENCRYPTION_KEY is required in production"):
+        create_app()
+
+
+def test_health_reports_its_checks(client):
+    response = client.get("/health")
+    assert response.status_code == 200
+    assert response.get_json() == {
+        "status": "ok",
+        "checks": {"database": "ok", "rate_limit_store": "ok"},
+    }
+    assert len(response.headers["X-Request-Id"]) == 32
+
+
+def test_health_is_503_when_the_database_is_gone(settings, migrated, tmp_path):
+    settings["SQLALCHEMY_DATABASE_URI"] = "postgresql://nobody@127.0.0.1:1/none"
+    app = create_app(settings)
+    response = app.test_client().get("/health")
+    body = assert_envelope(response, 503, "service unavailable")
+    assert body["status"] == "unavailable"
+    assert body["checks"]["database"] == "unavailable"
+
+
+def test_caller_request_id_is_echoed_and_bad_ones_replaced(client):
+    assert client.get("/health", headers={"X-Request-Id": "abc.DEF-123_x"}).headers[
+        "X-Request-Id"] == "abc.DEF-123_x"
+    replaced = client.get("/health", headers={"X-Request-Id": "bad id with spaces"})
+    assert replaced.headers["X-Request-Id"] != "bad id with spaces"
+    assert len(replaced.headers["X-Request-Id"]) == 32
+
+
+def test_unknown_path_is_a_json_404(client):
+    assert_envelope(client.get("/v1/nothing-here"), 404, "not found")
+
+
+def test_wrong_method_is_a_json_405_with_allow(client):
+    response = client.get("/v1/tenant/rotate-key")
+    assert_envelope(response, 405, "method not allowed")
+    assert "POST" in response.headers["Allow"]
+
+
+def test_oversized_body_is_413(client, tenant):
+    response = client.post("/v1/tenant/rotate-key", headers=tenant.headers,
+                           data="x" * (65 * 1024), content_type="application/json")
+    assert_envelope(response, 413, "request body too large (limit 64 KiB)")
+
+
+def test_unexpected_errors_are_a_json_500_without_details(app, client, caplog):
+    @app.get("/boom")
+    def boom():
+        raise RuntimeError("secret internals")
+
+    response = client.get("/boom", headers={"X-Request-Id": "trace-500"})
+    body = assert_envelope(response, 500, "internal server error")
+    assert "secret internals" not in response.get_data(as_text=True)
+    assert body["request_id"] == "trace-500"
+
+
+def test_log_lines_are_json_with_the_request_id(app, client, capfd):
+    client.get("/health", headers={"X-Request-Id": "log-check-1"})
+    lines = [json.loads(line) for line in capfd.readouterr().err.splitlines() if line.startswith("{")]
+    access = [line for line in lines if line.get("logger") == "app.access"]
+    assert access and access[-1]["request_id"] == "log-check-1"
+    assert access[-1]["status"] == 200 and access[-1]["path"] == "/health"
