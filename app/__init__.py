@@ -7,6 +7,7 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 
 from app import config as settings
 from app import crypto, errors, http, logs
+from app.context_store import taxonomy
 from app.extensions import context_store, cors, db, limiter, migrate
 from app.traffic import limits
 
@@ -75,6 +76,7 @@ def register_extensions(app):
         max_age=600,
     )
     context_store.init_app(app)
+    taxonomy.init_app(app)
 
 
 def _tune_sqlite(engine):
@@ -96,17 +98,20 @@ def _tune_sqlite(engine):
 def register_blueprints(app):
     from app import health
     from app.admin.routes import bp as admin_bp
+    from app.intents.routes import bp as intent_bp
     from app.tenants.routes import bp as tenant_bp
 
     app.register_blueprint(health.bp)
-    for blueprint in (tenant_bp, admin_bp):
+    for blueprint in (intent_bp, tenant_bp, admin_bp):
         limits.limit_failed_authentication(blueprint)
         app.register_blueprint(blueprint)
 
 
 def register_commands(app):
     from app.admin.cli import admin_keys
+    from app.intents.cli import intents
     from app.tenants.cli import tenants
 
     app.cli.add_command(tenants)
+    app.cli.add_command(intents)
     app.cli.add_command(admin_keys)

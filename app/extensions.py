@@ -17,7 +17,12 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-db = SQLAlchemy(metadata=MetaData(naming_convention=NAMING_CONVENTION))
+# expire_on_commit=False: the authenticated tenant stays readable after a request commits
+# part of its work (e.g. before a slow context store call).
+db = SQLAlchemy(
+    metadata=MetaData(naming_convention=NAMING_CONVENTION),
+    session_options={"expire_on_commit": False},
+)
 migrate = Migrate()
 cors = CORS()
 # Only the per-address limit on failed authentication goes through Flask-Limiter; the

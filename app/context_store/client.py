@@ -1,0 +1,70 @@
+"""Semantic tags for a user token: from the configured context store, or the built-in deriver.
+
+Wire contract with a context store (documented in the README):
+    POST {CONTEXT_STORE_URL}
+    Authorization: Bearer <user_token>          (the token never goes into the URL)
+    Content-Type: application/json
+    {}
+answered by 2xx `{"tags": ["<tag>", ...]}` (at most MAX_TAGS strings of at most MAX_TAG_LENGTH).
+"""
+import logging
+
+import requests
+from flask import current_app
+
+from app.context_store import deriver
+from app.errors import BadGateway
+from app.extensions import context_store
+
+log = logging.getLogger(__name__)
+
+FAILURE_TEXT = "context store request failed"
+MAX_TAGS = 100
+MAX_TAG_LENGTH = 100
+
+
+class ContextStoreFailure(Exception):
+    """Why the context store could not give tags (a kind of failure, never request data)."""
+
+
+def tags_for(user_token):
+    """Return the semantic tags for this user token, or raise 502."""
+    url = current_app.config["CONTEXT_STORE_URL"]
+    if url is None:
+        return deriver.tags_from_token(user_token)
+    try:
+        return _fetch(url, user_token)
+    except ContextStoreFailure as failure:
+        log.warning(FAILURE_TEXT, extra={"failure": str(failure)})
+        raise BadGateway(FAILURE_TEXT) from None
+
+
+def _fetch(url, user_token):
+    try:
+        response = context_store.post(
+            url, json={}, headers={"Authorization": f"Bearer {user_token}"}
+        )
+    except requests.ConnectTimeout:
+        raise ContextStoreFailure("connect timeout") from None
+    except requests.ReadTimeout:
+        raise ContextStoreFailure("read timeout") from None
+    except requests.ConnectionError:
+        raise ContextStoreFailure("connection failed") from None
+    except requests.RequestException as exc:
+        raise ContextStoreFailure(f"request error ({type(exc).__name__})") from None
+    if not 200 <= response.status_code < 300:
+        raise ContextStoreFailure(f"status {response.status_code}")
+    try:
+        answer = response.json()
+    except ValueError:
+        raise ContextStoreFailure("answer is not JSON") from None
+    return _checked_tags(answer)
+
+
+def _checked_tags(answer):
+    tags = answer.get("tags") if isinstance(answer, dict) else None
+    if not isinstance(tags, list) or len(tags) > MAX_TAGS:
+        raise ContextStoreFailure("answer has no list of tags")
+    if not all(isinstance(tag, str) and len(tag) <= MAX_TAG_LENGTH for tag in tags):
+        raise ContextStoreFailure("answer has a tag that is not a short string")
+    return tags
