@@ -33,8 +33,12 @@ class Principal:
     kind: str
     id: int
     key_digest: str
-    tenant: Tenant | None = None
+    account: Tenant | AdminKey
     usage_count: int = 0
+
+    @property
+    def tenant(self):
+        return self.account if self.kind == "tenant" else None
 
     @property
     def owner(self):
@@ -56,7 +60,7 @@ def _find_tenant(digest):
     tenant, usage_count = row
     if not crypto.digests_match(tenant.api_key_digest, digest):
         return None
-    return Principal("tenant", tenant.id, digest, tenant=tenant, usage_count=usage_count or 0)
+    return Principal("tenant", tenant.id, digest, tenant, usage_count=usage_count or 0)
 
 
 def _find_admin(digest):
@@ -65,7 +69,7 @@ def _find_admin(digest):
     ).scalar_one_or_none()
     if admin_key is None or not crypto.digests_match(admin_key.key_digest, digest):
         return None
-    return Principal("admin", admin_key.id, digest)
+    return Principal("admin", admin_key.id, digest, admin_key)
 
 
 def resolve(api_key):

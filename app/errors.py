@@ -91,15 +91,16 @@ def _validation_error(exc):
     return error_response(_first_message(exc.messages), 400, details=exc.messages)
 
 
-def _first_message(messages, field=None):
+def _first_message(messages, path=None):
     """Pick one message as the error text; schemas word their messages to stand alone."""
     if isinstance(messages, dict):
         for name, value in messages.items():
-            return _first_message(value, name)
+            nested = path if name == "_schema" else (f"{path}.{name}" if path else name)
+            return _first_message(value, nested)
     if isinstance(messages, list) and messages:
-        return _first_message(messages[0], field)
-    if messages == UNKNOWN_FIELD and field is not None:
-        return f"unknown field: {field}"
+        return _first_message(messages[0], path)
+    if messages == UNKNOWN_FIELD and path is not None:
+        return f"unknown field: {path}"
     return str(messages) if messages else "invalid request"
 
 

@@ -22,3 +22,30 @@ def assert_envelope(response, status, error=None):
     if error is not None:
         assert body["error"] == error
     return body
+
+
+def sign(secret, intent_hash, match_id, timestamp, payload, scheme="bound"):
+    """The AI service's side of CONTRACT.md's signature, written independently of app code."""
+    import hashlib
+    import hmac
+
+    import rfc8785
+
+    canonical = rfc8785.dumps(payload)
+    message = canonical if scheme == "payload" else (
+        f"{intent_hash}.{match_id}.{timestamp}.".encode() + canonical)
+    return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
+
+
+def scale_response(secret, intent_hash, payload=None, match_id=None, timestamp=None, **overrides):
+    """A signed ScaleResponse for `intent_hash`; `overrides` replace fields after signing."""
+    import time
+    import uuid
+
+    payload = {"answer": "42"} if payload is None else payload
+    match_id = match_id or uuid.uuid4().hex
+    timestamp = int(time.time()) if timestamp is None else timestamp
+    response = {"match_id": match_id, "payload": payload, "timestamp": timestamp,
+                "signature": sign(secret, intent_hash, match_id, timestamp, payload)}
+    response.update(overrides)
+    return response

@@ -1,6 +1,6 @@
 import re
 
-from marshmallow import Schema, ValidationError, fields, validates
+from marshmallow import Schema, ValidationError, fields, post_load, validate, validates
 
 from app.schemas import RequestSchema
 
@@ -55,3 +55,74 @@ class IntentSignatureSchema(Schema):
 
 generate_schema = GenerateSchema()
 intent_signature_schema = IntentSignatureSchema()
+
+
+HASH_PREFIX = "sha256:"
+_HEX64 = re.compile(r"[0-9a-fA-F]{64}")
+
+
+def _required(name):
+    return {"required": f"{name} is required", "null": f"{name} is required"}
+
+
+class ScaleResponseSchema(RequestSchema):
+    """The AI service's response, as sent inside verify."""
+
+    match_id = fields.String(
+        required=True,
+        validate=validate.Length(min=1, max=256,
+                                 error="response.match_id must be 1 to 256 characters"),
+        error_messages={**_required("response.match_id"),
+                        "invalid": "response.match_id must be a string"},
+    )
+    payload = fields.Dict(
+        required=True,
+        error_messages={**_required("response.payload"),
+                        "invalid": "response.payload must be a JSON object"},
+    )
+    timestamp = StrictInteger(
+        required=True,
+        error_messages={**_required("response.timestamp"),
+                        "invalid": "response.timestamp must be an integer (Unix seconds)"},
+    )
+    signature = fields.String(
+        required=True,
+        error_messages={**_required("response.signature"),
+                        "invalid": "response.signature must be a string"},
+    )
+
+    error_messages = {**RequestSchema.error_messages, "type": "response must be a JSON object"}
+
+
+class VerifySchema(RequestSchema):
+    original_intent_hash = fields.String(
+        required=True,
+        error_messages={**_required("original_intent_hash"),
+                        "invalid": "original_intent_hash must be a string"},
+    )
+    response = fields.Nested(
+        ScaleResponseSchema, required=True,
+        error_messages={**_required("response"), "type": "response must be a JSON object"},
+    )
+
+    @validates("original_intent_hash")
+    def _check_hash(self, value, **kwargs):
+        if not value.startswith(HASH_PREFIX):
+            raise ValidationError("intent hash must start with 'sha256:'")
+        if not _HEX64.fullmatch(value[len(HASH_PREFIX):]):
+            raise ValidationError("intent hash has invalid length")
+
+    @post_load
+    def _normalize_hash(self, data, **kwargs):
+        data["original_intent_hash"] = data["original_intent_hash"].lower()
+        return data
+
+
+class VerificationResultSchema(Schema):
+    cleared = fields.Boolean()
+    reason = fields.String(allow_none=True)
+    payload = fields.Dict(allow_none=True)
+
+
+verify_schema = VerifySchema()
+verification_result_schema = VerificationResultSchema()

@@ -1,5 +1,11 @@
-"""Monthly plan limits: what a tenant may still use this billing period."""
+"""Monthly plan limits: counting verifications and refusing what the plan does not cover."""
+from datetime import datetime, timezone
+
+from app.clock import billing_period
 from app.errors import TooManyRequests
+from app.extensions import db
+from app.sql import upsert_insert
+from app.tenants.models import MonthlyUsage
 from app.tenants.plans import monthly_limit
 
 LIMIT_REACHED = "monthly verification limit reached"
@@ -14,9 +20,26 @@ def ensure_within_plan(principal):
         raise TooManyRequests(LIMIT_REACHED, retry_after=_seconds_to_next_month())
 
 
-def _seconds_to_next_month():
-    from datetime import datetime, timezone
+def count_verification(principal):
+    """Add one verification to this month's counter in one statement that never passes the
+    plan limit; raise 429 when the limit is already reached (the caller's transaction is then
+    rolled back, so nothing of the verify is kept)."""
+    if principal.kind != "tenant":
+        return
+    limit = monthly_limit(principal.tenant.plan)
+    statement = upsert_insert(MonthlyUsage).values(
+        tenant_id=principal.id, period=billing_period(), usage_count=1
+    )
+    statement = statement.on_conflict_do_update(
+        index_elements=[MonthlyUsage.tenant_id, MonthlyUsage.period],
+        set_={"usage_count": MonthlyUsage.usage_count + 1},
+        where=None if limit is None else MonthlyUsage.usage_count < limit,
+    ).returning(MonthlyUsage.usage_count)
+    if db.session.execute(statement).scalar() is None:
+        raise TooManyRequests(LIMIT_REACHED, retry_after=_seconds_to_next_month())
 
+
+def _seconds_to_next_month():
     now = datetime.now(timezone.utc)
     first_next = (datetime(now.year + 1, 1, 1, tzinfo=timezone.utc) if now.month == 12
                   else datetime(now.year, now.month + 1, 1, tzinfo=timezone.utc))

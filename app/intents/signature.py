@@ -1,0 +1,47 @@
+"""The response signature of CONTRACT.md.
+
+    signature = hex(HMAC-SHA256(secret, message))
+    bound scheme (default): message = "{intent_hash}.{match_id}.{timestamp}." + JCS(payload)
+    payload scheme:         message = JCS(payload)
+
+JCS is RFC 8785 canonical JSON; the HMAC key is the UTF-8 bytes of the whole secret string,
+prefix included. The SDK's signer implements the same function against the same test vectors.
+"""
+import hashlib
+import hmac
+
+import rfc8785
+
+from app.errors import BadRequest
+
+SCHEMES = ("bound", "payload")
+
+
+def canonical_json(value, field="response.payload"):
+    """RFC 8785 bytes, or a 400 for what JCS cannot represent (e.g. integers beyond 2**53)."""
+    try:
+        return rfc8785.dumps(value)
+    except rfc8785.CanonicalizationError:
+        raise BadRequest(
+            f"{field} cannot be canonicalized (RFC 8785): numbers must be finite "
+            "and integers within +/-(2**53 - 1)"
+        ) from None
+
+
+def signing_message(scheme, intent_hash, match_id, timestamp, canonical_payload):
+    if scheme == "payload":
+        return canonical_payload
+    return f"{intent_hash}.{match_id}.{timestamp}.".encode("utf-8") + canonical_payload
+
+
+def sign(secret, message):
+    return hmac.new(secret.encode("utf-8"), message, hashlib.sha256).hexdigest()
+
+
+def matches(secrets, message, signature):
+    """True when `signature` (hex, any case) is the HMAC of `message` under one of `secrets`."""
+    presented = signature.lower().encode("ascii", "replace")
+    # Every secret is tried, so timing does not tell which one (if any) matched.
+    results = [hmac.compare_digest(sign(secret, message).encode("ascii"), presented)
+               for secret in secrets]
+    return any(results)
