@@ -71,6 +71,12 @@ def limit_failed_authentication(blueprint):
     )(blueprint)
 
 
+def _forget_decision():
+    # g outlives a request when an app context was already pushed (tests, CLI): start clean.
+    g.pop("rate_decision", None)
+
+
 def init_app(app):
     bucket.init_app(app)
+    app.before_request(_forget_decision)
     app.after_request(_rate_headers)

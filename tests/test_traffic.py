@@ -1,0 +1,186 @@
+"""Request rate per tenant, the auth-failure limit per address, proxies, CORS, Redis outages."""
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from app import create_app
+from app.extensions import db
+from tests.servers import free_port
+from tests.support import assert_envelope
+
+BAD_KEY = {"X-Service-Key": "key_live_" + "3" * 48}
+
+
+def test_every_v1_response_has_rate_headers(client, tenant):
+    response = client.get("/v1/tenant/usage", headers=tenant.headers)
+    assert response.headers["X-RateLimit-Limit"] == "100"
+    assert response.headers["X-RateLimit-Remaining"] == "99"
+    assert int(response.headers["X-RateLimit-Reset"]) >= int(time.time())
+    second = client.get("/v1/tenant/usage", headers=tenant.headers)
+    assert second.headers["X-RateLimit-Remaining"] == "98"
+    failed = client.get("/v1/tenant/usage", headers=BAD_KEY)
+    assert failed.headers["X-RateLimit-Limit"] == "20"
+    assert "X-RateLimit-Limit" not in client.get("/health").headers
+
+
+def test_the_bucket_empties_and_refills(app, client, tenant):
+    app.config.update(RATE_LIMIT_CAPACITY=5, RATE_LIMIT_REFILL_PER_MINUTE=60)
+    statuses = [client.get("/v1/tenant/usage", headers=tenant.headers).status_code for _ in range(7)]
+    assert statuses == [200] * 5 + [429] * 2
+    limited = client.get("/v1/tenant/usage", headers=tenant.headers)
+    body = assert_envelope(limited, 429, "rate limit exceeded")
+    assert body["retry_after"] == 1 and limited.headers["Retry-After"] == "1"
+    assert limited.headers["X-RateLimit-Remaining"] == "0"
+    time.sleep(1.1)
+    assert client.get("/v1/tenant/usage", headers=tenant.headers).status_code == 200
+    assert client.get("/v1/tenant/usage", headers=tenant.headers).status_code == 429
+
+
+def test_buckets_are_per_tenant_and_survive_key_rotation(app, client, make_tenant):
+    from app.tenants import service
+
+    app.config.update(RATE_LIMIT_CAPACITY=3, RATE_LIMIT_REFILL_PER_MINUTE=1)
+    first, second = make_tenant("pro"), make_tenant("pro")
+    for _ in range(3):
+        client.get("/v1/tenant/usage", headers=first.headers)
+    assert client.get("/v1/tenant/usage", headers=first.headers).status_code == 429
+    assert client.get("/v1/tenant/usage", headers=second.headers).status_code == 200
+    new_key = service.rotate_key(first.tenant_id)
+    rotated = client.get("/v1/tenant/usage", headers={"X-Service-Key": new_key})
+    assert_envelope(rotated, 429, "rate limit exceeded")
+
+
+def test_the_monthly_limit_keeps_its_own_text(app, client, make_tenant):
+    from app.clock import billing_period
+    from app.tenants.models import MonthlyUsage
+
+    tenant = make_tenant("free")
+    db.session.add(MonthlyUsage(tenant_id=tenant.tenant_id, period=billing_period(),
+                                usage_count=1000))
+    db.session.commit()
+    response = client.post("/v1/intent/generate", headers=tenant.headers,
+                           json={"user_token": "quota-user-token"})
+    assert_envelope(response, 429, "monthly verification limit reached")
+    assert "X-RateLimit-Remaining" in response.headers
+
+
+def test_failed_authentication_is_limited_per_address(app, client, tenant):
+    app.config["AUTH_FAILURE_LIMIT"] = "5 per minute"
+    attacker = {"REMOTE_ADDR": "198.51.100.7"}
+    statuses = [client.get("/v1/tenant/usage", headers=BAD_KEY, environ_base=attacker).status_code
+                for _ in range(7)]
+    assert statuses == [401] * 5 + [429] * 2
+    blocked = client.get("/v1/tenant/usage", headers=tenant.headers, environ_base=attacker)
+    body = assert_envelope(blocked, 429, "rate limit exceeded")
+    assert body["retry_after"] >= 1
+    other = client.get("/v1/tenant/usage", headers=BAD_KEY, environ_base={"REMOTE_ADDR": "203.0.113.9"})
+    assert_envelope(other, 401, "Invalid or inactive API key")
+    # successful requests do not spend the failure allowance
+    good = {"REMOTE_ADDR": "192.0.2.1"}
+    for _ in range(8):
+        assert client.get("/v1/tenant/usage", headers=tenant.headers, environ_base=good).status_code == 200
+
+
+def test_forwarded_for_is_ignored_without_trusted_proxies(app, client):
+    app.config["AUTH_FAILURE_LIMIT"] = "2 per minute"
+    for spoof in ("10.0.0.1", "10.0.0.2", "10.0.0.3"):
+        response = client.get("/v1/tenant/usage", headers={**BAD_KEY, "X-Forwarded-For": spoof})
+    assert response.status_code == 429
+
+
+def test_trusted_proxy_hops_give_the_client_address(settings, migrated):
+    settings.update(TRUSTED_PROXY_HOPS=1, AUTH_FAILURE_LIMIT="2 per minute")
+    app = create_app(settings)
+    client = app.test_client()
+    statuses = [client.get("/v1/tenant/usage", headers={**BAD_KEY, "X-Forwarded-For": address}
+                           ).status_code for address in ("10.0.0.1", "10.0.0.1", "10.0.0.1", "10.0.0.2")]
+    assert statuses == [401, 401, 429, 401]
+
+
+def test_cors_for_an_allowed_origin_only(settings, migrated, tenant):
+    settings["CORS_ORIGINS"] = ["https://app.example.com"]
+    client = create_app(settings).test_client()
+    preflight = client.options("/v1/intent/generate", headers={
+        "Origin": "https://app.example.com", "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "X-Service-Key, Content-Type, Idempotency-Key"})
+    assert preflight.status_code == 200
+    assert preflight.headers["Access-Control-Allow-Origin"] == "https://app.example.com"
+    allowed = preflight.headers["Access-Control-Allow-Headers"].lower()
+    assert "x-service-key" in allowed and "idempotency-key" in allowed
+    assert preflight.headers["X-Request-Id"]
+    actual = client.get("/v1/tenant/usage", headers={**tenant.headers, "Origin": "https://app.example.com"})
+    exposed = actual.headers["Access-Control-Expose-Headers"]
+    assert "X-Request-Id" in exposed and "X-RateLimit-Remaining" in exposed and "Retry-After" in exposed
+    for origin in ("https://evil.example.com", "http://app.example.com"):
+        other = client.options("/v1/intent/generate", headers={
+            "Origin": origin, "Access-Control-Request-Method": "POST"})
+        assert "Access-Control-Allow-Origin" not in other.headers
+
+
+def test_no_cors_by_default(client):
+    preflight = client.options("/v1/intent/generate", headers={
+        "Origin": "https://app.example.com", "Access-Control-Request-Method": "POST"})
+    assert "Access-Control-Allow-Origin" not in preflight.headers
+
+
+@pytest.fixture
+def disposable_redis():
+    """A Redis of our own on a free port, so the test can stop it without touching others."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server is not installed: the Redis outage test needs one to stop")
+    port = free_port()
+    process = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                                "--appendonly", "no"], stdout=subprocess.DEVNULL)
+    import redis
+
+    client = redis.Redis(port=port)
+    for _ in range(50):
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            time.sleep(0.05)
+    yield f"redis://127.0.0.1:{port}/0", process
+    process.kill()
+    process.wait()
+
+
+def _app_on(settings, redis_url, **overrides):
+    settings.update(REDIS_URL=redis_url, REDIS_SOCKET_TIMEOUT=0.3, **overrides)
+    return create_app(settings)
+
+
+def test_redis_down_fails_closed_without_hanging(settings, migrated, make_tenant, disposable_redis):
+    url, process = disposable_redis
+    app = _app_on(settings, url)
+    client = app.test_client()
+    with app.app_context():
+        tenant = make_tenant("pro")
+    assert client.get("/v1/tenant/usage", headers=tenant.headers).status_code == 200
+    process.kill()
+    process.wait()
+    started = time.monotonic()
+    response = client.get("/v1/tenant/usage", headers=tenant.headers)
+    assert time.monotonic() - started < 2
+    assert_envelope(response, 503, "rate limit store unavailable")
+    health = client.get("/health")
+    assert health.status_code == 503
+    assert health.get_json()["checks"] == {"database": "ok", "rate_limit_store": "unavailable"}
+
+
+def test_redis_down_can_fail_open_for_a_bounded_time(settings, migrated, make_tenant,
+                                                     disposable_redis):
+    url, process = disposable_redis
+    app = _app_on(settings, url, RATE_LIMIT_STORE_FAILURE="open", RATE_LIMIT_FAIL_OPEN_SECONDS=1)
+    client = app.test_client()
+    with app.app_context():
+        tenant = make_tenant("pro")
+    process.kill()
+    process.wait()
+    assert client.get("/v1/tenant/usage", headers=tenant.headers).status_code == 200
+    time.sleep(1.2)
+    assert_envelope(client.get("/v1/tenant/usage", headers=tenant.headers), 503,
+                    "rate limit store unavailable")
