@@ -16,16 +16,37 @@ else
   api_key=$(printf '%s' "$created" | "$VENV/bin/python" -c 'import json,sys; print(json.load(sys.stdin)["api_key"])')
   signing_secret=$(printf '%s' "$created" | "$VENV/bin/python" -c 'import json,sys; print(json.load(sys.stdin)["signing_secret"])')
 fi
+# One worker with threads: the embedded setup keeps the per-address limit in process memory.
+export GUNICORN_WORKERS=${GUNICORN_WORKERS:-1} GUNICORN_THREADS=${GUNICORN_THREADS:-4}
+export GUNICORN_BIND=${GUNICORN_BIND:-127.0.0.1:8000}
+BASE_URL="http://$GUNICORN_BIND"
+"$VENV/bin/gunicorn" -c deploy/gunicorn.conf.py wsgi:app 2>>instance/service.log &
+server=$!
+trap 'kill -TERM $server 2>/dev/null; wait $server' INT TERM
+"$VENV/bin/python" - "$BASE_URL/health" <<'PY'
+import sys, time, urllib.request
+for _ in range(200):
+    try:
+        urllib.request.urlopen(sys.argv[1], timeout=1)
+        break
+    except OSError:
+        time.sleep(0.1)
+PY
+
 cat <<MSG
 
-  Intent verification service on http://127.0.0.1:8000 (embedded defaults)
+  Intent verification service on $BASE_URL (embedded defaults; log: instance/service.log)
   Demo tenant:     $DEMO_EMAIL (plan pro)
   API key:         $api_key
   Signing secret:  $signing_secret
 
-  Try:  curl -s http://127.0.0.1:8000/v1/tenant/usage -H "X-Service-Key: $api_key"
+MSG
+"$VENV/bin/python" -m intentgate.demo --base-url "$BASE_URL" --api-key "$api_key" \
+  --signing-secret "$signing_secret"
+cat <<MSG
+
+  Try:  curl -s $BASE_URL/v1/tenant/usage -H "X-Service-Key: $api_key"
+  Stop: Ctrl-C
 
 MSG
-# One worker with threads: the embedded setup keeps the per-address limit in process memory.
-export GUNICORN_WORKERS=${GUNICORN_WORKERS:-1} GUNICORN_THREADS=${GUNICORN_THREADS:-4}
-exec "$VENV/bin/gunicorn" -c deploy/gunicorn.conf.py wsgi:app
+wait $server

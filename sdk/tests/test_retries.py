@@ -1,0 +1,143 @@
+"""Retries against a real HTTP server that fails on purpose (pytest-httpserver)."""
+import pytest
+from werkzeug import Response
+
+from intentgate import (
+    AuthenticationError,
+    Blocked,
+    Client,
+    QuotaExceededError,
+    RateLimitError,
+    ScaleResponse,
+    ServiceError,
+    ValidationError,
+)
+
+KEY = "key_live_" + "a" * 48
+USAGE = {"email": "t@example.com", "plan": "free", "usage_count": 1, "rate_limit": 1000,
+         "remaining": 999}
+
+
+class Sleeps(list):
+    def __call__(self, seconds):
+        self.append(seconds)
+
+
+def _client(httpserver, sleeps, fraction=lambda: 1.0, **kwargs):
+    return Client(httpserver.url_for(""), KEY, timeout=2, sleep=sleeps, random_fraction=fraction,
+                  **kwargs)
+
+
+def _error(status, text, **headers):
+    return Response(f'{{"error": "{text}", "request_id": "rid-{status}"}}', status=status,
+                    content_type="application/json", headers=headers)
+
+
+def test_503_twice_then_200_succeeds(httpserver):
+    for _ in range(2):
+        httpserver.expect_ordered_request("/v1/tenant/usage").respond_with_response(
+            _error(503, "service temporarily unavailable"))
+    httpserver.expect_ordered_request("/v1/tenant/usage").respond_with_json(USAGE)
+    sleeps = Sleeps()
+    usage = _client(httpserver, sleeps).usage()
+    assert usage.remaining == 999 and len(httpserver.log) == 3
+    assert sleeps == [0.5, 1.0]
+
+
+def test_503_four_times_fails_after_exactly_four_attempts(httpserver):
+    httpserver.expect_request("/v1/tenant/usage").respond_with_response(
+        _error(503, "service temporarily unavailable"))
+    sleeps = Sleeps()
+    with pytest.raises(ServiceError) as raised:
+        _client(httpserver, sleeps).usage()
+    assert len(httpserver.log) == 4
+    assert raised.value.status == 503 and raised.value.request_id == "rid-503"
+    assert sleeps == [0.5, 1.0, 2.0]  # the ceiling doubles each time
+
+
+def test_backoff_is_jittered_below_a_growing_ceiling(httpserver):
+    httpserver.expect_request("/v1/tenant/usage").respond_with_response(_error(500, "boom"))
+    runs = []
+    for _ in range(5):
+        sleeps = Sleeps()
+        with pytest.raises(ServiceError):
+            Client(httpserver.url_for(""), KEY, sleep=sleeps).usage()
+        assert all(0 <= delay <= ceiling for delay, ceiling in zip(sleeps, [0.5, 1.0, 2.0]))
+        runs.append(tuple(sleeps))
+    assert len(set(runs)) > 1, "delays should differ between runs (full jitter)"
+
+
+def test_retry_after_is_honoured(httpserver):
+    httpserver.expect_ordered_request("/v1/tenant/usage").respond_with_response(
+        _error(503, "rate limit store unavailable", **{"Retry-After": "3"}))
+    httpserver.expect_ordered_request("/v1/tenant/usage").respond_with_json(USAGE)
+    sleeps = Sleeps()
+    _client(httpserver, sleeps).usage()
+    assert sleeps == [3]
+
+
+@pytest.mark.parametrize("status, text, error", [
+    (400, "token too short", ValidationError),
+    (401, "invalid or missing X-Service-Key", AuthenticationError),
+    (403, "this endpoint requires a tenant key", AuthenticationError),
+    (422, "Idempotency-Key was already used with a different request body", ValidationError),
+    (429, "rate limit exceeded", RateLimitError),
+    (429, "monthly verification limit reached", QuotaExceededError),
+])
+def test_4xx_is_tried_once_and_typed(httpserver, status, text, error):
+    httpserver.expect_request("/v1/intent/generate").respond_with_response(
+        _error(status, text, **{"Retry-After": "7"}))
+    sleeps = Sleeps()
+    with pytest.raises(error) as raised:
+        _client(httpserver, sleeps).generate("user-token-123")
+    assert len(httpserver.log) == 1 and sleeps == []
+    assert raised.value.message == text and raised.value.request_id == f"rid-{status}"
+    if status == 429:
+        assert raised.value.retry_after == 7
+
+
+def test_network_failures_are_retried_then_raised():
+    sleeps = Sleeps()
+    client = Client("http://127.0.0.1:9", KEY, timeout=1, sleep=sleeps, random_fraction=lambda: 1.0)
+    with pytest.raises(ServiceError, match="network failure"):
+        client.usage()
+    assert sleeps == [0.5, 1.0, 2.0]
+
+
+def test_verify_retries_with_one_idempotency_key(httpserver):
+    httpserver.expect_ordered_request("/v1/intent/verify").respond_with_response(
+        _error(502, "bad gateway"))
+    httpserver.expect_ordered_request("/v1/intent/verify").respond_with_json(
+        {"cleared": True, "reason": None, "payload": {"a": 1}},
+        headers={"Idempotent-Replayed": "true"})
+    result = _client(httpserver, Sleeps()).verify("sha256:" + "a" * 64, {"match_id": "m"})
+    keys = {request.headers["Idempotency-Key"] for request, _ in httpserver.log}
+    assert len(keys) == 1 and result.cleared and result.replayed
+
+
+def test_rotate_key_is_not_retried_once_sent(httpserver):
+    httpserver.expect_request("/v1/tenant/rotate-key").respond_with_response(_error(500, "boom"))
+    with pytest.raises(ServiceError):
+        _client(httpserver, Sleeps()).rotate_key()
+    assert len(httpserver.log) == 1
+
+
+def test_guard_returns_the_payload_or_raises_blocked(httpserver):
+    intent = {"intent_hash": "sha256:" + "b" * 64, "intent_class": "other", "expires_at": 2}
+    httpserver.expect_request("/v1/intent/generate").respond_with_json(intent)
+    httpserver.expect_oneshot_request("/v1/intent/verify").respond_with_json(
+        {"cleared": True, "reason": None, "payload": {"answer": "ok"}})
+    httpserver.expect_oneshot_request("/v1/intent/verify").respond_with_json(
+        {"cleared": False, "reason": "InvalidSignature", "payload": None})
+    seen = []
+
+    def call_ai(intent_hash):
+        seen.append(intent_hash)
+        return ScaleResponse.sign("sig_live_" + "0" * 64, intent_hash, {"answer": "ok"})
+
+    client = _client(httpserver, Sleeps())
+    assert client.guard("user-token-123", call_ai) == {"answer": "ok"}
+    with pytest.raises(Blocked) as blocked:
+        client.guard("user-token-123", call_ai)
+    assert blocked.value.reason == "InvalidSignature"
+    assert seen == [intent["intent_hash"]] * 2

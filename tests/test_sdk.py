@@ -1,0 +1,52 @@
+"""The SDK against the real service, started on a free port on the embedded defaults."""
+import json
+
+import pytest
+
+from intentgate import (AuthenticationError, Blocked, Client, ScaleResponse, ValidationError)
+from intentgate.demo import run as run_demo
+
+
+@pytest.fixture
+def live(embedded_gunicorn):
+    start, cli = embedded_gunicorn
+    created = json.loads(cli("tenants", "create", "--email", "sdk@example.com", "--plan", "starter",
+                             "--json"))
+    server = start(workers=1, threads=4)
+    return server, created
+
+
+def test_the_demo_shows_cleared_tampered_replayed_and_usage(live):
+    server, created = live
+    lines = []
+    payload, replay = run_demo(Client(server.url, created["api_key"]), created["signing_secret"],
+                               out=lines.append)
+    assert payload == {"answer": "The capital of France is Paris."}
+    assert replay.reason == "ReplayedIntent"
+    text = "\n".join(lines)
+    assert "blocked -> InvalidSignature" in text and "replay blocked -> ReplayedIntent" in text
+    assert "Usage this month: 4 of 50000" in text
+
+
+def test_client_round_trip_and_typed_errors(live):
+    server, created = live
+    client = Client(server.url, created["api_key"])
+    intent = client.generate("sdk-user-token-1", ttl=60)
+    assert intent.intent_hash.startswith("sha256:") and intent.intent_class == "other"
+    signed = ScaleResponse.sign(created["signing_secret"], intent.intent_hash, {"n": 1})
+    first = client.verify(intent.intent_hash, signed, idempotency_key="sdk-retry-1")
+    again = client.verify(intent.intent_hash, signed, idempotency_key="sdk-retry-1")
+    assert first.cleared and not first.replayed and again.replayed and again.payload == {"n": 1}
+    with pytest.raises(ValidationError) as bad:
+        client.generate("short")
+    assert bad.value.message == "token too short" and bad.value.status == 400
+    with pytest.raises(Blocked):
+        client.guard("sdk-user-token-2", lambda intent_hash: ScaleResponse.sign(
+            "sig_live_" + "0" * 64, intent_hash, {"forged": True}))
+    old_key = client.api_key
+    rotation = client.rotate_key()
+    assert client.api_key == rotation.new_key != old_key
+    assert client.usage().usage_count == 2  # the idempotent replay counted nothing
+    with pytest.raises(AuthenticationError) as refused:
+        Client(server.url, old_key).usage()
+    assert refused.value.message == "Invalid or inactive API key" and refused.value.request_id
