@@ -6,7 +6,7 @@ from sqlalchemy import event
 from werkzeug.middleware.proxy_fix import ProxyFix
 
 from app import config as settings
-from app import crypto, errors, http, logs
+from app import crypto, errors, http, logs, metrics, transport
 from app.context_store import taxonomy
 from app.extensions import context_store, cors, db, limiter, migrate
 from app.traffic import limits
@@ -64,6 +64,8 @@ def register_extensions(app):
         _tune_sqlite(db.engine)
     migrate.init_app(app, db, directory=os.path.join(os.path.dirname(app.root_path), "migrations"))
     http.init_app(app)
+    transport.init_app(app)
+    metrics.init_app(app)
     limits.init_app(app)
     limiter.init_app(app)
     cors.init_app(
@@ -96,12 +98,14 @@ def _tune_sqlite(engine):
 
 
 def register_blueprints(app):
-    from app import health
+    from app import health, openapi
     from app.admin.routes import bp as admin_bp
     from app.intents.routes import bp as intent_bp
     from app.tenants.routes import bp as tenant_bp
 
     app.register_blueprint(health.bp)
+    app.register_blueprint(openapi.bp)
+    app.register_blueprint(metrics.bp)
     for blueprint in (intent_bp, tenant_bp, admin_bp):
         limits.limit_failed_authentication(blueprint)
         app.register_blueprint(blueprint)

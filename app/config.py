@@ -93,6 +93,8 @@ def from_environment(instance_path):
         "SMTP_TIMEOUT": _number("SMTP_TIMEOUT", 10.0),
         "MAIL_FROM": _text("MAIL_FROM", "keys@intentgate.local"),
         "LOG_LEVEL": _text("LOG_LEVEL", "INFO").upper(),
+        "REQUIRE_TLS": _flag("REQUIRE_TLS", None),  # unset: on in production (see validate)
+        "METRICS_ENABLED": _flag("METRICS_ENABLED", False),
         "MAX_CONTENT_LENGTH": 64 * 1024,
     }
 
@@ -110,6 +112,8 @@ def validate(config):
     config["SQLALCHEMY_DATABASE_URI"] = normalize_database_url(config["SQLALCHEMY_DATABASE_URI"])
     if config["DEPLOYMENT_MODE"] not in ("local", "production"):
         raise ConfigError("DEPLOYMENT_MODE must be 'local' or 'production'")
+    if config["REQUIRE_TLS"] is None:
+        config["REQUIRE_TLS"] = config["DEPLOYMENT_MODE"] == "production"
     if config["RATE_LIMIT_STORE_FAILURE"] not in ("closed", "open"):
         raise ConfigError("RATE_LIMIT_STORE_FAILURE must be 'closed' or 'open'")
     scheme = urlsplit(config["SQLALCHEMY_DATABASE_URI"]).scheme

@@ -156,10 +156,10 @@ def embedded_gunicorn(tmp_path):
     cli("db", "upgrade")
     servers = []
 
-    def start(workers=2, threads=4, **environment):
+    def start(workers=2, threads=4, ca_file=None, **environment):
         server = GunicornServer(tmp_path / f"embedded-{len(servers)}.log",
                                 {**env, **{k: str(v) for k, v in environment.items()}},
-                                workers, threads)
+                                workers, threads, ca_file=ca_file)
         servers.append(server)
         return server.start()
 

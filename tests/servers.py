@@ -20,9 +20,11 @@ def free_port():
 
 
 class GunicornServer:
-    def __init__(self, log_path, environment, workers=4, threads=1, config="deploy/gunicorn.conf.py"):
+    def __init__(self, log_path, environment, workers=4, threads=1, config="deploy/gunicorn.conf.py",
+                 ca_file=None):
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.ca_file = ca_file  # set when gunicorn terminates TLS itself
+        self.url = f"{'https' if ca_file else 'http'}://127.0.0.1:{self.port}"
         self.log_path = Path(log_path)
         self.environment = {
             **os.environ,
@@ -45,7 +47,8 @@ class GunicornServer:
             if self.process.poll() is not None:
                 raise RuntimeError(f"gunicorn exited early:\n{self.log_path.read_text()[-3000:]}")
             try:
-                if requests.get(self.url + "/health", timeout=5).status_code == 200:
+                if requests.get(self.url + "/health", timeout=5,
+                                verify=self.ca_file or True).status_code == 200:
                     return self
             except (requests.ConnectionError, requests.Timeout):
                 pass

@@ -27,15 +27,13 @@ def _verify(client, credentials, intent_hash, response, headers=None):
 
 @pytest.mark.parametrize("vector", VECTORS, ids=lambda v: f"{v['scheme']}-{v['match_id']}")
 def test_signature_vectors(vector):
-    import rfc8785
+    from app.intents.signature import canonical_json
 
     message = signing_message(vector["scheme"], vector["intent_hash"], vector["match_id"],
-                              vector["timestamp"], rfc8785.dumps(vector["payload"]))
+                              vector["timestamp"], canonical_json(vector["payload"]))
     assert message.decode("utf-8") == vector["message"]
     assert server_sign(vector["secret"], message) == vector["signature"]
     assert matches([vector["secret"]], message, vector["signature"].upper())
-    assert sign(vector["secret"], vector["intent_hash"], vector["match_id"], vector["timestamp"],
-                vector["payload"], vector["scheme"]) == vector["signature"]
 
 
 def test_cleared_response_returns_the_payload(client, tenant):
@@ -187,6 +185,24 @@ def test_key_order_and_whitespace_do_not_matter(client, tenant):
     assert verdict.get_json()["cleared"] is True
 
 
+def test_non_finite_numbers_are_refused(client, tenant):
+    response = client.post("/v1/intent/verify", headers=tenant.headers, content_type="application/json",
+                           data='{"original_intent_hash": "sha256:%s", "response": {"match_id": "m", '
+                                '"payload": {"n": 1e999}, "timestamp": 1, "signature": "00"}}' % ("a" * 64))
+    assert_envelope(response, 400,
+                    "response.payload cannot be canonicalized (RFC 8785): numbers must be finite")
+
+
+def test_big_integers_verify_as_a_javascript_signer_sees_them(client, tenant):
+    intent_hash = _generate(client, tenant)
+    payload = {"id": 12345678901234567890}
+    response = scale_response(tenant.signing_secret, intent_hash, {"id": 12345678901234567890.0},
+                              match_id="big-1")
+    response["payload"] = payload
+    verdict = _verify(client, tenant, intent_hash, response).get_json()
+    assert verdict == {"cleared": True, "reason": None, "payload": payload}
+
+
 def test_payload_scheme(client, tenant):
     tenant_service.update_tenant(tenant.tenant_id, signature_scheme="payload")
     intent_hash = _generate(client, tenant)
@@ -259,9 +275,6 @@ GOOD = {"match_id": "m", "payload": {}, "timestamp": 1, "signature": "00"}
     ({"original_intent_hash": "sha256:" + "a" * 64, "response": {**GOOD, "extra": 1}},
      "unknown field: response.extra"),
     ({"original_intent_hash": "sha256:" + "a" * 64, "response": GOOD, "x": 1}, "unknown field: x"),
-    ({"original_intent_hash": "sha256:" + "a" * 64, "response": {**GOOD, "payload": {"n": 2 ** 60}}},
-     "response.payload cannot be canonicalized (RFC 8785): numbers must be finite and integers "
-     "within +/-(2**53 - 1)"),
 ])
 def test_bad_verify_requests(client, tenant, body, error):
     response = client.post("/v1/intent/verify", headers=tenant.headers, json=body)

@@ -1,8 +1,10 @@
 """Admin HTTP API for internal services: provisioning and managing tenants."""
+import re
+
 from flask import Blueprint, request
 
 from app.auth import ACCOUNT_TEXTS, authenticate
-from app.errors import BadRequest
+from app.errors import BadRequest, NotFound
 from app.http import json_body
 from app.tenants import service
 from app.tenants.schemas import (
@@ -13,6 +15,8 @@ from app.tenants.schemas import (
 )
 
 bp = Blueprint("admin", __name__, url_prefix="/v1/admin")
+
+MAX_ID = 2**31 - 1  # tenant ids are 32-bit integers in the database
 
 admin_only = authenticate(kinds=("admin",), texts=ACCOUNT_TEXTS)
 
@@ -38,7 +42,7 @@ def create_tenant():
 @admin_only
 def list_tenants():
     limit = _query_integer("limit", 50, 1, 200)
-    after = _query_integer("starting_after", 0, 0, None)
+    after = _query_integer("starting_after", 0, 0, MAX_ID)
     tenants = service.list_tenants(limit=limit, after_id=after)
     return {"tenants": tenants_schema.dump(tenants), "has_more": len(tenants) == limit}
 
@@ -46,21 +50,26 @@ def list_tenants():
 @bp.get("/tenants/<int:tenant_id>")
 @admin_only
 def show_tenant(tenant_id):
-    return _describe(service.find_tenant(tenant_id))
+    return _describe(service.find_tenant(_tenant(tenant_id)))
 
 
 @bp.patch("/tenants/<int:tenant_id>")
 @admin_only
 def update_tenant(tenant_id):
     changes = tenant_update_schema.load(json_body())
-    return _describe(service.update_tenant(tenant_id, **changes))
+    return _describe(service.update_tenant(_tenant(tenant_id), **changes))
+
+
+def _tenant(tenant_id):
+    if tenant_id > MAX_ID:
+        raise NotFound("tenant not found")
+    return tenant_id
 
 
 def _query_integer(name, default, minimum, maximum):
     raw = request.args.get(name)
     if raw is None:
         return default
-    if not raw.isdigit() or int(raw) < minimum or (maximum is not None and int(raw) > maximum):
-        bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
-        raise BadRequest(f"{name} must be an integer {bound}")
+    if not re.fullmatch(r"[0-9]{1,10}", raw) or not minimum <= int(raw) <= maximum:
+        raise BadRequest(f"{name} must be an integer between {minimum} and {maximum}")
     return int(raw)

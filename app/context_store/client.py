@@ -12,6 +12,7 @@ import logging
 import requests
 from flask import current_app
 
+from app import metrics
 from app.context_store import deriver
 from app.errors import BadGateway
 from app.extensions import context_store
@@ -36,6 +37,7 @@ def tags_for(user_token):
         return _fetch(url, user_token)
     except ContextStoreFailure as failure:
         log.warning(FAILURE_TEXT, extra={"failure": str(failure)})
+        metrics.record_context_store_failure(str(failure))
         raise BadGateway(FAILURE_TEXT) from None
 
 

@@ -11,25 +11,24 @@ import logging
 from flask import current_app
 from sqlalchemy import select, update
 
-from app import crypto
+from app import crypto, metrics
 from app.clock import now_seconds
 from app.extensions import db
 from app.intents import idempotency
 from app.intents.models import Intent, SeenResponse
+from app.intents.reasons import (
+    EXPIRED,
+    INVALID_SIGNATURE,
+    OUT_OF_WINDOW,
+    REPLAYED_INTENT,
+    REPLAYED_RESPONSE,
+    UNKNOWN,
+)
 from app.intents.signature import canonical_json, matches, signing_message
 from app.sql import upsert_insert
 from app.tenants import metering
 
 log = logging.getLogger(__name__)
-
-UNKNOWN = "UnknownIntent"
-EXPIRED = "ExpiredIntent"
-REPLAYED_INTENT = "ReplayedIntent"
-INVALID_SIGNATURE = "InvalidSignature"
-OUT_OF_WINDOW = "TimestampOutOfWindow"
-REPLAYED_RESPONSE = "ReplayedResponse"
-BLOCK_REASONS = (UNKNOWN, EXPIRED, REPLAYED_INTENT, INVALID_SIGNATURE, OUT_OF_WINDOW,
-                 REPLAYED_RESPONSE)
 
 
 def result(cleared, reason, payload):
@@ -50,6 +49,7 @@ def verify(principal, original_intent_hash, response, body, idempotency_key=None
     if idempotency_key is not None:
         idempotency.record_verdict(principal.owner, idempotency_key, reason is None, reason)
     db.session.commit()
+    metrics.record_verdict(reason)
     log.info("verification", extra={"cleared": reason is None, "reason": reason})
     return result(reason is None, reason, response["payload"]), False
 

@@ -2,6 +2,8 @@ import re
 
 from marshmallow import Schema, ValidationError, fields, post_load, validate, validates
 
+from app.context_store.taxonomy import INTENT_CLASSES
+from app.intents.reasons import BLOCK_REASONS
 from app.schemas import RequestSchema
 
 TOKEN_CHARACTERS = re.compile(r"[A-Za-z0-9\-_.=+/~]+")
@@ -23,17 +25,22 @@ class StrictInteger(fields.Integer):
 
 
 class GenerateSchema(RequestSchema):
-    user_token = fields.Raw(required=True, error_messages={"required": "user_token is required",
-                                                           "null": "user_token is required"})
+    user_token = fields.String(
+        required=True,
+        error_messages={"required": "user_token is required", "null": "user_token is required",
+                        "invalid": "user_token must be a string"},
+        metadata={"minLength": TOKEN_MIN, "maxLength": TOKEN_MAX,
+                  "pattern": "^[A-Za-z0-9\\-_.=+/~]+$",
+                  "description": "The user's JWT. Sent to the context store; never stored."},
+    )
     ttl = StrictInteger(
         load_default=TTL_DEFAULT,
+        metadata={"minimum": TTL_MIN, "maximum": TTL_MAX, "description": "Seconds of validity."},
         error_messages={"invalid": "ttl must be an integer", "null": "ttl must be an integer"},
     )
 
     @validates("user_token")
     def _check_token(self, value, **kwargs):
-        if not isinstance(value, str):
-            raise ValidationError("user_token must be a string")
         if len(value) < TOKEN_MIN:
             raise ValidationError("token too short")
         if len(value) > TOKEN_MAX:
@@ -48,9 +55,9 @@ class GenerateSchema(RequestSchema):
 
 
 class IntentSignatureSchema(Schema):
-    intent_hash = fields.String()
-    intent_class = fields.String()
-    expires_at = fields.Integer()
+    intent_hash = fields.String(required=True, metadata={"pattern": "^sha256:[0-9a-f]{64}$"})
+    intent_class = fields.String(required=True, validate=validate.OneOf(INTENT_CLASSES))
+    expires_at = fields.Integer(required=True, metadata={"description": "Unix seconds."})
 
 
 generate_schema = GenerateSchema()
@@ -97,6 +104,7 @@ class ScaleResponseSchema(RequestSchema):
 class VerifySchema(RequestSchema):
     original_intent_hash = fields.String(
         required=True,
+        metadata={"pattern": "^sha256:[0-9a-fA-F]{64}$"},
         error_messages={**_required("original_intent_hash"),
                         "invalid": "original_intent_hash must be a string"},
     )
@@ -119,9 +127,12 @@ class VerifySchema(RequestSchema):
 
 
 class VerificationResultSchema(Schema):
-    cleared = fields.Boolean()
-    reason = fields.String(allow_none=True)
-    payload = fields.Dict(allow_none=True)
+    cleared = fields.Boolean(required=True)
+    reason = fields.String(required=True, allow_none=True,
+                           validate=validate.OneOf(BLOCK_REASONS),
+                           metadata={"description": "Why the response was blocked; null when cleared."})
+    payload = fields.Dict(required=True, allow_none=True,
+                          metadata={"description": "The verified AI payload; null when blocked."})
 
 
 verify_schema = VerifySchema()

@@ -15,17 +15,30 @@ import rfc8785
 from app.errors import BadRequest
 
 SCHEMES = ("bound", "payload")
+MAX_SAFE_INTEGER = 2**53 - 1
 
 
 def canonical_json(value, field="response.payload"):
-    """RFC 8785 bytes, or a 400 for what JCS cannot represent (e.g. integers beyond 2**53)."""
+    """RFC 8785 bytes. JCS models numbers as IEEE doubles (as JavaScript does), so integers
+    beyond +/-(2**53 - 1) are canonicalized as the doubles a JavaScript signer would see; only
+    non-finite numbers are refused (400)."""
     try:
         return rfc8785.dumps(value)
+    except rfc8785.IntegerDomainError:
+        return canonical_json(_as_doubles(value), field)
     except rfc8785.CanonicalizationError:
-        raise BadRequest(
-            f"{field} cannot be canonicalized (RFC 8785): numbers must be finite "
-            "and integers within +/-(2**53 - 1)"
-        ) from None
+        raise BadRequest(f"{field} cannot be canonicalized (RFC 8785): numbers must be finite") \
+            from None
+
+
+def _as_doubles(value):
+    if isinstance(value, dict):
+        return {key: _as_doubles(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_as_doubles(item) for item in value]
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_SAFE_INTEGER:
+        return float(value)
+    return value
 
 
 def signing_message(scheme, intent_hash, match_id, timestamp, canonical_payload):

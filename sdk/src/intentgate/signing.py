@@ -14,8 +14,29 @@ from dataclasses import asdict, dataclass
 import rfc8785
 
 
+MAX_SAFE_INTEGER = 2**53 - 1
+
+
+def canonical_json(value):
+    """RFC 8785 bytes; integers beyond +/-(2**53 - 1) become the doubles JavaScript would see."""
+    try:
+        return rfc8785.dumps(value)
+    except rfc8785.IntegerDomainError:
+        return rfc8785.dumps(_as_doubles(value))
+
+
+def _as_doubles(value):
+    if isinstance(value, dict):
+        return {key: _as_doubles(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_as_doubles(item) for item in value]
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_SAFE_INTEGER:
+        return float(value)
+    return value
+
+
 def signing_message(intent_hash, match_id, timestamp, payload, scheme="bound"):
-    canonical = rfc8785.dumps(payload)
+    canonical = canonical_json(payload)
     if scheme == "payload":
         return canonical
     if scheme != "bound":

@@ -1,0 +1,67 @@
+"""Prometheus metrics. Under gunicorn with METRICS_ENABLED, samples go to the shared
+PROMETHEUS_MULTIPROC_DIR (set in deploy/gunicorn.conf.py) and /metrics aggregates all workers."""
+import os
+import time
+
+from flask import Blueprint, Response, current_app, g, request
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+
+from app.errors import NotFound
+
+bp = Blueprint("metrics", __name__)
+
+REQUESTS = Counter("intentgate_http_requests_total", "HTTP requests by endpoint and status",
+                   ["endpoint", "method", "status"])
+LATENCY = Histogram("intentgate_http_request_duration_seconds", "HTTP request latency",
+                    ["endpoint", "method"],
+                    buckets=(0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+VERDICTS = Counter("intentgate_verifications_total", "Verify verdicts by outcome",
+                   ["outcome"])
+CONTEXT_STORE_FAILURES = Counter("intentgate_context_store_failures_total",
+                                 "Context store failures by kind", ["failure"])
+
+
+def record_verdict(reason):
+    VERDICTS.labels(outcome=reason or "cleared").inc()
+
+
+def record_context_store_failure(failure):
+    CONTEXT_STORE_FAILURES.labels(failure=failure).inc()
+
+
+def _start_timer():
+    g.metrics_started = time.perf_counter()
+
+
+def _observe(response):
+    # The route pattern, not the path: label values must stay few.
+    endpoint = request.url_rule.rule if request.url_rule else "unmatched"
+    REQUESTS.labels(endpoint, request.method, str(response.status_code)).inc()
+    started = g.pop("metrics_started", None)
+    if started is not None:
+        LATENCY.labels(endpoint, request.method).observe(time.perf_counter() - started)
+    return response
+
+
+@bp.get("/metrics")
+def metrics():
+    if not current_app.config["METRICS_ENABLED"]:
+        raise NotFound("not found")
+    registry = REGISTRY
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+    return Response(generate_latest(registry), mimetype=CONTENT_TYPE_LATEST)
+
+
+def init_app(app):
+    app.before_request(_start_timer)
+    app.after_request(_observe)
