@@ -47,7 +47,10 @@ def _engine_options(config):
         os.makedirs(os.path.dirname(config["SQLALCHEMY_DATABASE_URI"][len("sqlite:///"):]) or ".",
                     exist_ok=True)
         return {"connect_args": {"timeout": 30}}
-    return {"pool_pre_ping": True, "pool_size": 5, "max_overflow": 5,
+    # No pool_pre_ping: it costs a round trip on every request. After a database restart the
+    # first use of a dead connection fails (503), SQLAlchemy then invalidates the whole pool,
+    # and the next request reconnects.
+    return {"pool_size": 5, "max_overflow": 5, "pool_recycle": 3600,
             "connect_args": {"connect_timeout": 5}}
 
 
@@ -107,7 +110,6 @@ def register_blueprints(app):
     app.register_blueprint(openapi.bp)
     app.register_blueprint(metrics.bp)
     for blueprint in (intent_bp, tenant_bp, admin_bp):
-        limits.limit_failed_authentication(blueprint)
         app.register_blueprint(blueprint)
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from functools import wraps
 
 from flask import current_app, g, request
-from sqlalchemy import and_, select
+from sqlalchemy import and_, bindparam, select
 
 from app import crypto
 from app.admin.models import AdminKey
@@ -28,12 +28,13 @@ ACCOUNT_TEXTS = ("Missing X-Service-Key header", "Invalid or inactive API key")
 
 @dataclass(frozen=True)
 class Principal:
-    """Who is calling: a tenant (with its current usage) or an admin key."""
+    """Who is calling: a tenant (with its usage this month) or an admin key. `account` is the
+    row of tenants or admin_keys, read once for the request."""
 
     kind: str
     id: int
     key_digest: str
-    account: Tenant | AdminKey
+    account: object
     usage_count: int = 0
 
     @property
@@ -46,27 +47,30 @@ class Principal:
         return f"{self.kind}:{self.id}"
 
 
+# Core statements built once, returning plain rows: the caller's account is read-only for the
+# request, and ORM objects would cost more than the query itself on the hot path.
+_TENANTS, _USAGE, _ADMIN_KEYS = Tenant.__table__, MonthlyUsage.__table__, AdminKey.__table__
+_TENANT_BY_DIGEST = (
+    select(_TENANTS, _USAGE.c.usage_count)
+    .select_from(_TENANTS.outerjoin(_USAGE, and_(_USAGE.c.tenant_id == _TENANTS.c.id,
+                                                 _USAGE.c.period == bindparam("period"))))
+    .where(_TENANTS.c.api_key_digest == bindparam("digest"))
+)
+_ADMIN_BY_DIGEST = select(_ADMIN_KEYS).where(_ADMIN_KEYS.c.key_digest == bindparam("digest"),
+                                             _ADMIN_KEYS.c.active.is_(True))
+
+
 def _find_tenant(digest):
-    row = db.session.execute(
-        select(Tenant, MonthlyUsage.usage_count)
-        .outerjoin(
-            MonthlyUsage,
-            and_(MonthlyUsage.tenant_id == Tenant.id, MonthlyUsage.period == billing_period()),
-        )
-        .where(Tenant.api_key_digest == digest)
+    tenant = db.session.connection().execute(
+        _TENANT_BY_DIGEST, {"digest": digest, "period": billing_period()}
     ).first()
-    if row is None or not row[0].active:
+    if tenant is None or not tenant.active or not crypto.digests_match(tenant.api_key_digest, digest):
         return None
-    tenant, usage_count = row
-    if not crypto.digests_match(tenant.api_key_digest, digest):
-        return None
-    return Principal("tenant", tenant.id, digest, tenant, usage_count=usage_count or 0)
+    return Principal("tenant", tenant.id, digest, tenant, usage_count=tenant.usage_count or 0)
 
 
 def _find_admin(digest):
-    admin_key = db.session.execute(
-        select(AdminKey).where(AdminKey.key_digest == digest, AdminKey.active.is_(True))
-    ).scalar_one_or_none()
+    admin_key = db.session.connection().execute(_ADMIN_BY_DIGEST, {"digest": digest}).first()
     if admin_key is None or not crypto.digests_match(admin_key.key_digest, digest):
         return None
     return Principal("admin", admin_key.id, digest, admin_key)
@@ -93,11 +97,10 @@ def authenticate(kinds=("tenant", "admin"), texts=GATE_TEXTS):
             if kinds == ("tenant",) and not current_app.config["MULTI_TENANCY"]:
                 raise Unavailable("Multi-tenancy not configured")
             api_key = request.headers.get(KEY_HEADER)
-            if not api_key:
-                raise Unauthorized(texts[0])
-            principal = resolve(api_key)
+            principal = resolve(api_key) if api_key else None
             if principal is None:
-                raise Unauthorized(texts[1])
+                limits.record_failed_authentication()
+                raise Unauthorized(texts[1] if api_key else texts[0])
             if principal.kind not in kinds:
                 raise Forbidden(_wrong_kind_text(kinds))
             g.principal = principal

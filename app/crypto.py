@@ -3,6 +3,7 @@ import hashlib
 import hmac
 import os
 import secrets
+from functools import lru_cache
 
 from cryptography.fernet import Fernet, InvalidToken
 from flask import current_app
@@ -42,8 +43,15 @@ def seal(secret):
 
 
 def unseal(sealed):
+    return _unseal(current_app.config["SECRET_ENCRYPTION_KEY"], sealed)
+
+
+@lru_cache(maxsize=4096)
+def _unseal(encryption_key, sealed):
+    # Keyed by the ciphertext: a rotated secret has a new ciphertext, so nothing stale is served.
+    # Decrypting costs more than the verify's database round trip, hence the cache.
     try:
-        return _fernet().decrypt(sealed.encode("ascii")).decode("utf-8")
+        return Fernet(encryption_key).decrypt(sealed.encode("ascii")).decode("utf-8")
     except InvalidToken:
         raise RuntimeError("a stored secret cannot be decrypted with SECRET_ENCRYPTION_KEY") from None
 

@@ -1,15 +1,10 @@
 """The one place that turns every failure into the JSON envelope of CONTRACT.md."""
 import logging
-import math
-import time
 
 from flask import g, jsonify
 from marshmallow import ValidationError
 from sqlalchemy.exc import OperationalError, InterfaceError
-from flask_limiter.errors import RateLimitExceeded
 from werkzeug.exceptions import HTTPException
-
-from app.extensions import limiter
 
 log = logging.getLogger(__name__)
 
@@ -119,12 +114,6 @@ def _http_error(exc):
     return error_response(error, exc.code or 500, headers=headers)
 
 
-def _rate_limited(exc):
-    current = limiter.current_limit
-    retry_after = max(1, math.ceil(current.reset_at - time.time())) if current else 60
-    return error_response("rate limit exceeded", 429, retry_after=retry_after)
-
-
 def _database_unavailable(exc):
     log.error("database unavailable: %s", type(exc).__name__)
     return error_response("service temporarily unavailable", 503, headers={"Retry-After": "1"})
@@ -138,7 +127,6 @@ def _unexpected(exc):
 def init_app(app):
     app.register_error_handler(ApiError, _api_error)
     app.register_error_handler(ValidationError, _validation_error)
-    app.register_error_handler(RateLimitExceeded, _rate_limited)
     app.register_error_handler(HTTPException, _http_error)
     app.register_error_handler(OperationalError, _database_unavailable)
     app.register_error_handler(InterfaceError, _database_unavailable)

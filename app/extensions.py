@@ -25,7 +25,8 @@ db = SQLAlchemy(
 )
 migrate = Migrate()
 cors = CORS()
-# Only the per-address limit on failed authentication goes through Flask-Limiter; the
-# per-tenant token bucket lives in app.traffic.bucket (limits has no token bucket).
+# Flask-Limiter provides the configured storage and moving-window strategy for the per-address
+# limit on failed authentication (app.traffic.limits); the per-tenant token bucket lives in
+# app.traffic.bucket, since limits has no token bucket.
 limiter = Limiter(key_func=client_address, default_limits=[], headers_enabled=False)
 context_store = ContextStoreSession()

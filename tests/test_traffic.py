@@ -72,9 +72,12 @@ def test_failed_authentication_is_limited_per_address(app, client, tenant):
     statuses = [client.get("/v1/tenant/usage", headers=BAD_KEY, environ_base=attacker).status_code
                 for _ in range(7)]
     assert statuses == [401] * 5 + [429] * 2
-    blocked = client.get("/v1/tenant/usage", headers=tenant.headers, environ_base=attacker)
+    blocked = client.get("/v1/tenant/usage", headers=BAD_KEY, environ_base=attacker)
     body = assert_envelope(blocked, 429, "rate limit exceeded")
-    assert body["retry_after"] >= 1
+    assert body["retry_after"] >= 1 and blocked.headers["X-RateLimit-Remaining"] == "0"
+    # Only failures are limited: a valid key from that address still works.
+    assert client.get("/v1/tenant/usage", headers=tenant.headers,
+                      environ_base=attacker).status_code == 200
     other = client.get("/v1/tenant/usage", headers=BAD_KEY, environ_base={"REMOTE_ADDR": "203.0.113.9"})
     assert_envelope(other, 401, "Invalid or inactive API key")
     # successful requests do not spend the failure allowance

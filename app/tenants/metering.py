@@ -17,7 +17,7 @@ def ensure_within_plan(principal):
         return  # admin keys are unmetered
     limit = monthly_limit(principal.tenant.plan)
     if limit is not None and principal.usage_count >= limit:
-        raise TooManyRequests(LIMIT_REACHED, retry_after=_seconds_to_next_month())
+        refuse_over_limit()
 
 
 def count_verification(principal):
@@ -27,16 +27,21 @@ def count_verification(principal):
     if principal.kind != "tenant":
         return
     limit = monthly_limit(principal.tenant.plan)
-    statement = upsert_insert(MonthlyUsage).values(
+    usage = MonthlyUsage.__table__
+    statement = upsert_insert(usage).values(
         tenant_id=principal.id, period=billing_period(), usage_count=1
     )
     statement = statement.on_conflict_do_update(
-        index_elements=[MonthlyUsage.tenant_id, MonthlyUsage.period],
-        set_={"usage_count": MonthlyUsage.usage_count + 1},
-        where=None if limit is None else MonthlyUsage.usage_count < limit,
-    ).returning(MonthlyUsage.usage_count)
+        index_elements=[usage.c.tenant_id, usage.c.period],
+        set_={"usage_count": usage.c.usage_count + 1},
+        where=None if limit is None else usage.c.usage_count < limit,
+    ).returning(usage.c.usage_count)
     if db.session.execute(statement).scalar() is None:
-        raise TooManyRequests(LIMIT_REACHED, retry_after=_seconds_to_next_month())
+        refuse_over_limit()
+
+
+def refuse_over_limit():
+    raise TooManyRequests(LIMIT_REACHED, retry_after=_seconds_to_next_month())
 
 
 def _seconds_to_next_month():

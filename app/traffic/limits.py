@@ -1,12 +1,16 @@
 """Request-rate enforcement and the X-RateLimit-* headers on every /v1/* response."""
 import logging
+import math
 import time
 
+import redis
 from flask import current_app, g, request
+from limits import parse
 
 from app.errors import TooManyRequests, Unavailable
 from app.extensions import limiter
 from app.traffic import bucket
+from app.traffic.addresses import client_address
 
 log = logging.getLogger(__name__)
 
@@ -38,37 +42,35 @@ def _store_down(exc):
     raise Unavailable("rate limit store unavailable", headers={"Retry-After": "1"})
 
 
+def record_failed_authentication():
+    """Count a failed authentication against the client address (a moving window in the
+    storage Flask-Limiter is configured with); past the limit the answer is 429, not 401.
+
+    Only failures are counted or checked, so a valid request costs no extra round trip and
+    keys still cannot be guessed at speed."""
+    item = parse(current_app.config["AUTH_FAILURE_LIMIT"])
+    identity = ("failed-authentication", client_address())
+    try:
+        allowed = limiter.limiter.hit(item, *identity)
+        stats = limiter.limiter.get_window_stats(item, *identity)
+    except redis.RedisError as exc:
+        log.error("rate-limit store unavailable", extra={"failure": type(exc).__name__})
+        return  # the 401 still stands; only the guessing limit is lost while Redis is down
+    g.rate_decision = bucket.Decision(allowed, item.amount, stats.remaining, int(stats.reset_time),
+                                      0)
+    if not allowed:
+        raise TooManyRequests("rate limit exceeded",
+                              retry_after=max(1, math.ceil(stats.reset_time - time.time())))
+
+
 def _rate_headers(response):
-    if not request.path.startswith("/v1/"):
-        return response
     decision = g.get("rate_decision")
-    if decision is not None:
-        limit, remaining, reset_at = decision.capacity, decision.remaining, decision.reset_at
-    else:
-        # No bucket was consulted (no valid key): show the per-address limit on failed auth.
-        current = limiter.current_limit
-        if current is None:
-            return response
-        limit, remaining, reset_at = current.limit.amount, current.remaining, current.reset_at
-    response.headers["X-RateLimit-Limit"] = str(limit)
-    response.headers["X-RateLimit-Remaining"] = str(max(remaining, 0))
-    response.headers["X-RateLimit-Reset"] = str(int(reset_at))
+    if decision is None or not request.path.startswith("/v1/"):
+        return response
+    response.headers["X-RateLimit-Limit"] = str(decision.capacity)
+    response.headers["X-RateLimit-Remaining"] = str(max(decision.remaining, 0))
+    response.headers["X-RateLimit-Reset"] = str(decision.reset_at)
     return response
-
-
-def auth_failed(response):
-    """Flask-Limiter deducts from the per-address limit only for failed authentication."""
-    return response.status_code == 401
-
-
-def limit_failed_authentication(blueprint):
-    """Apply the per-address limit on failed authentication to every view of a blueprint."""
-    limiter.shared_limit(
-        lambda: current_app.config["AUTH_FAILURE_LIMIT"],
-        scope="failed-authentication",
-        deduct_when=auth_failed,
-        error_message="rate limit exceeded",
-    )(blueprint)
 
 
 def _forget_decision():

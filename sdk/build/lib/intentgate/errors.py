@@ -1,0 +1,47 @@
+"""Typed errors: each carries the service's error text, HTTP status and request id."""
+
+
+class IntentGateError(Exception):
+    def __init__(self, message, status=None, request_id=None, body=None):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.request_id = request_id
+        self.body = body or {}
+
+    def __str__(self):
+        where = f" (status {self.status}, request {self.request_id})" if self.status else ""
+        return f"{self.message}{where}"
+
+
+class AuthenticationError(IntentGateError):
+    """401 or 403: the key is missing, wrong, rotated, deactivated, or of the wrong kind."""
+
+
+class ValidationError(IntentGateError):
+    """400, 413 or 422: the request was refused as it stands; retrying it will not help."""
+
+
+class RateLimitError(IntentGateError):
+    """429 `rate limit exceeded`: wait `retry_after` seconds."""
+
+    def __init__(self, message, retry_after=None, **kwargs):
+        super().__init__(message, **kwargs)
+        self.retry_after = retry_after
+
+
+class QuotaExceededError(RateLimitError):
+    """429 `monthly verification limit reached`: the plan's month is used up."""
+
+
+class ServiceError(IntentGateError):
+    """5xx or a network failure that persisted through every retry."""
+
+
+class Blocked(IntentGateError):
+    """The verification gate blocked the AI response: do not show it to the user."""
+
+    def __init__(self, reason, result=None):
+        super().__init__(f"AI response blocked: {reason}")
+        self.reason = reason
+        self.result = result
