@@ -19,7 +19,7 @@ from app.tenants.models import MonthlyUsage, Tenant
 from app.traffic import limits
 
 KEY_HEADER = "X-Service-Key"
-KEY_PATTERN = re.compile(r"^key_live_[0-9a-f]{48}$")
+KEY_PATTERN = re.compile(r"key_live_[0-9a-f]{48}")
 
 # Per-endpoint 401 texts from SPEC.md: (missing key, invalid key).
 GATE_TEXTS = ("invalid or missing X-Service-Key", "invalid or missing X-Service-Key")
@@ -78,7 +78,7 @@ def _find_admin(digest):
 
 def resolve(api_key):
     """Return the Principal holding this key, or None."""
-    if not KEY_PATTERN.match(api_key):
+    if not KEY_PATTERN.fullmatch(api_key):
         return None
     digest = crypto.key_digest(api_key)
     if current_app.config["MULTI_TENANCY"]:

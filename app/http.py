@@ -10,7 +10,7 @@ from app.errors import BadRequest
 
 log = logging.getLogger("app.access")
 
-REQUEST_ID_PATTERN = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+REQUEST_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,128}")
 
 
 def json_body(allow_empty=False):
@@ -27,7 +27,7 @@ def json_body(allow_empty=False):
 
 def _assign_request_id():
     supplied = request.headers.get("X-Request-Id", "")
-    g.request_id = supplied if REQUEST_ID_PATTERN.match(supplied) else uuid.uuid4().hex
+    g.request_id = supplied if REQUEST_ID_PATTERN.fullmatch(supplied) else uuid.uuid4().hex
     g.started = time.perf_counter()
 
 

@@ -55,7 +55,9 @@ class Bench:
 
     def start(self):
         env = {**os.environ, "GUNICORN_BIND": f"127.0.0.1:{self.port}",
-               "GUNICORN_WORKERS": str(self.args.workers), "LOG_LEVEL": "INFO"}
+               "GUNICORN_WORKERS": str(self.args.workers), "LOG_LEVEL": "INFO",
+               # no worker recycling mid-measurement (a restart would show up as latency)
+               "GUNICORN_MAX_REQUESTS": "0"}
         self.log = open(RESULTS / "gunicorn.log", "wb")
         self.server = subprocess.Popen(
             [sys.executable, "-m", "gunicorn", "-c", "deploy/gunicorn.conf.py", "wsgi:app"],

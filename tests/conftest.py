@@ -15,7 +15,8 @@ from app.config import normalize_database_url
 from app.extensions import db, limiter
 from app.tenants import service as tenant_service
 from tests.servers import ROOT, GunicornServer
-from tests.support import Credentials
+from tests.leaks import LeakWatch
+from tests.support import Credentials, dump_database
 
 ENCRYPTION_KEY = Fernet.generate_key().decode()
 TEST_DATABASE_URL = os.environ.get("TEST_DATABASE_URL")
@@ -63,12 +64,22 @@ def settings(base_settings):
 
 
 @pytest.fixture
-def app(settings, migrated):
+def leak_watch():
+    return LeakWatch()
+
+
+@pytest.fixture
+def app(settings, migrated, leak_watch):
     app = create_app(settings)
+    leak_watch.watch(app)
     with app.app_context():
         yield app
         db.session.remove()
+        leaked = leak_watch.leaks_in(dump_database()), leak_watch.leaks_in(
+            leak_watch.buffer.getvalue())
         _clean_database()
+    leak_watch.close()
+    assert leaked == ([], []), f"secrets found in (database, logs): {leaked}"
     if TEST_REDIS_URL:
         client = redis.Redis.from_url(TEST_REDIS_URL)
         for pattern in ("intentgate:*", "LIMITS:*"):
@@ -107,8 +118,13 @@ def _provision(plan="free", email=None):
 
 
 @pytest.fixture
-def make_tenant(app):
-    return _provision
+def make_tenant(app, leak_watch):
+    def make(plan="free", email=None):
+        credentials = _provision(plan, email)
+        leak_watch.add(credentials.api_key, credentials.signing_secret)
+        return credentials
+
+    return make
 
 
 @pytest.fixture
@@ -117,7 +133,7 @@ def tenant(make_tenant):
 
 
 @pytest.fixture
-def gunicorn(tmp_path, base_settings, migrated):
+def gunicorn(tmp_path, base_settings, migrated, leak_watch):
     """Start gunicorn on the test database (PostgreSQL): gunicorn(workers=4, **environment)."""
     if not TEST_DATABASE_URL:
         pytest.skip("multi-process tests need PostgreSQL: set TEST_DATABASE_URL "
@@ -134,12 +150,19 @@ def gunicorn(tmp_path, base_settings, migrated):
         return server.start()
 
     yield start
+    _stop_and_check(servers, leak_watch)
+
+
+def _stop_and_check(servers, leak_watch):
     for server in servers:
         server.stop()
+    for server in servers:
+        leaked = leak_watch.leaks_in(server.log_path.read_text(errors="replace"))
+        assert leaked == [], f"secrets found in the server log: {leaked}"
 
 
 @pytest.fixture
-def embedded_gunicorn(tmp_path):
+def embedded_gunicorn(tmp_path, leak_watch):
     """gunicorn on the embedded defaults: its own SQLite file, no Redis. Yields (server, cli)
     where cli(*args) runs a flask command against the same database."""
     database_url = "sqlite:///" + str(tmp_path / "embedded.db")
@@ -164,8 +187,7 @@ def embedded_gunicorn(tmp_path):
         return server.start()
 
     yield start, cli
-    for server in servers:
-        server.stop()
+    _stop_and_check(servers, leak_watch)
 
 
 def pytest_report_header(config):

@@ -49,3 +49,16 @@ def scale_response(secret, intent_hash, payload=None, match_id=None, timestamp=N
                 "signature": sign(secret, intent_hash, match_id, timestamp, payload)}
     response.update(overrides)
     return response
+
+
+def dump_database():
+    """Every row of every table as text (for checks that a value is stored nowhere)."""
+    from sqlalchemy import text
+
+    from app.extensions import db
+
+    lines = []
+    for table in db.metadata.sorted_tables:
+        for row in db.session.execute(text(f"SELECT * FROM {table.name}")):
+            lines.append(" ".join(str(value) for value in row))
+    return "\n".join(lines)

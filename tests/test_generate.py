@@ -6,11 +6,11 @@ import time
 
 import pytest
 import time_machine
-from sqlalchemy import func, select, text
+from sqlalchemy import func, select
 
 from app.extensions import db
 from app.intents.models import Intent
-from tests.support import assert_envelope
+from tests.support import assert_envelope, dump_database
 
 HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
 TOKEN = "user-token-0123456789"
@@ -126,19 +126,11 @@ def test_the_token_is_stored_and_logged_nowhere(client, tenant, caplog, capfd):
     for user_token in (token, jwt_token):
         assert _generate(client, tenant, {"user_token": user_token}).status_code == 200
     _generate(client, tenant, {"user_token": token + " bad"})  # a rejected one too
-    dump = _dump_database()
+    dump = dump_database()
     logs = caplog.text + capfd.readouterr().err
     for secret in (token, jwt_token, "LeakCanarySubject", jwt_token.split(".")[1]):
         assert secret not in dump
         assert secret not in logs
-
-
-def _dump_database():
-    lines = []
-    for table in db.metadata.sorted_tables:
-        for row in db.session.execute(text(f"SELECT * FROM {table.name}")):
-            lines.append(" ".join(str(value) for value in row))
-    return "\n".join(lines)
 
 
 def test_admin_keys_may_generate(client, runner):

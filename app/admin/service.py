@@ -3,13 +3,13 @@ import logging
 from dataclasses import dataclass
 
 from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
 
 from app import crypto
 from app.admin.models import AdminKey
 from app.clock import utcnow
-from app.errors import Conflict, NotFound
+from app.errors import NotFound
 from app.extensions import db
+from app.sql import add_unique
 
 log = logging.getLogger(__name__)
 
@@ -31,12 +31,7 @@ def create_admin_key(name):
         signing_secret_sealed=crypto.seal(signing_secret),
         active=True,
     )
-    db.session.add(admin_key)
-    try:
-        db.session.commit()
-    except IntegrityError:
-        db.session.rollback()
-        raise Conflict("an admin key with this name already exists") from None
+    add_unique(admin_key, "an admin key with this name already exists")
     log.info("admin key created", extra={"admin_key_id": admin_key.id})
     return IssuedAdminKey(admin_key, api_key, signing_secret)
 

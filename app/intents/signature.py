@@ -4,41 +4,28 @@
     bound scheme (default): message = "{intent_hash}.{match_id}.{timestamp}." + JCS(payload)
     payload scheme:         message = JCS(payload)
 
-JCS is RFC 8785 canonical JSON; the HMAC key is the UTF-8 bytes of the whole secret string,
-prefix included. The SDK's signer implements the same function against the same test vectors.
+JCS is RFC 8785 canonical JSON, computed by the SDK's own function (intentgate.signing) so the
+two sides cannot drift; tests/vectors/signatures.json pins the bytes. The HMAC key is the UTF-8
+bytes of the whole secret string, prefix included.
 """
 import hashlib
 import hmac
 
 import rfc8785
+from intentgate.signing import canonical_json as jcs
 
 from app.errors import BadRequest
 
-SCHEMES = ("bound", "payload")
-MAX_SAFE_INTEGER = 2**53 - 1
-
 
 def canonical_json(value, field="response.payload"):
-    """RFC 8785 bytes. JCS models numbers as IEEE doubles (as JavaScript does), so integers
-    beyond +/-(2**53 - 1) are canonicalized as the doubles a JavaScript signer would see; only
+    """RFC 8785 bytes, as the SDK's signer makes them (one implementation for both sides):
+    integers beyond +/-(2**53 - 1) become the doubles a JavaScript signer would see; only
     non-finite numbers are refused (400)."""
     try:
-        return rfc8785.dumps(value)
-    except rfc8785.IntegerDomainError:
-        return canonical_json(_as_doubles(value), field)
+        return jcs(value)
     except rfc8785.CanonicalizationError:
         raise BadRequest(f"{field} cannot be canonicalized (RFC 8785): numbers must be finite") \
             from None
-
-
-def _as_doubles(value):
-    if isinstance(value, dict):
-        return {key: _as_doubles(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_as_doubles(item) for item in value]
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_SAFE_INTEGER:
-        return float(value)
-    return value
 
 
 def signing_message(scheme, intent_hash, match_id, timestamp, canonical_payload):

@@ -3,12 +3,12 @@ import logging
 from dataclasses import dataclass
 
 from sqlalchemy import func, select, update
-from sqlalchemy.exc import IntegrityError
 
 from app import crypto
 from app.clock import billing_period, now_seconds, utcnow
-from app.errors import Conflict, NotFound, Unauthorized
+from app.errors import NotFound, Unauthorized
 from app.extensions import db
+from app.sql import add_unique
 from app.tenants import mail
 from app.tenants.models import MonthlyUsage, Tenant
 from app.tenants.plans import PAID_PLANS, monthly_limit
@@ -39,12 +39,7 @@ def create_tenant(email, plan, send_email=False):
         signing_secret_sealed=crypto.seal(signing_secret),
         signature_scheme="bound",
     )
-    db.session.add(tenant)
-    try:
-        db.session.commit()
-    except IntegrityError:
-        db.session.rollback()
-        raise Conflict("a tenant with this email already exists") from None
+    add_unique(tenant, "a tenant with this email already exists")
     log.info("tenant created", extra={"tenant_id": tenant.id, "plan": plan})
     provisioned = Provisioned(tenant, api_key, signing_secret)
     if send_email and plan in PAID_PLANS:

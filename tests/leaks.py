@@ -1,0 +1,55 @@
+"""Watch every test for secrets at rest: collect each user token, API key and signing secret
+that crosses the app, then check the database dump and the log output contain none of them."""
+import io
+import logging
+
+from flask import request_finished, request_started
+from pythonjsonlogger.json import JsonFormatter
+
+SECRET_FIELDS = ("api_key", "signing_secret", "new_key")
+
+
+def _worth_watching(value):
+    # Short or low-entropy strings ("aaaaaaaaaa") could match hex digests by chance.
+    return isinstance(value, str) and len(value) >= 10 and len(set(value)) >= 6
+
+
+class LeakWatch:
+    def __init__(self):
+        self.secrets = set()
+        self.buffer = io.StringIO()
+        self.handler = logging.StreamHandler(self.buffer)
+        self.handler.setFormatter(JsonFormatter())
+        self.handler.setLevel(logging.DEBUG)
+
+    def watch(self, app):
+        request_started.connect(self._on_request, app)
+        request_finished.connect(self._on_response, app)
+        logging.getLogger().addHandler(self.handler)
+        self.app = app
+
+    def add(self, *values):
+        self.secrets.update(value for value in values if _worth_watching(value))
+
+    def _on_request(self, sender, **extra):
+        from flask import request
+
+        self.add(request.headers.get("X-Service-Key"))
+        if (request.content_length or 0) > sender.config["MAX_CONTENT_LENGTH"]:
+            return  # reading it here would answer 413 before the app's own hooks ran
+        body = request.get_json(silent=True, cache=True)
+        if isinstance(body, dict):
+            self.add(body.get("user_token"))
+
+    def _on_response(self, sender, response, **extra):
+        body = response.get_json(silent=True) if response.is_json else None
+        if isinstance(body, dict):
+            self.add(*(body.get(field) for field in SECRET_FIELDS))
+
+    def leaks_in(self, text):
+        return sorted(secret[:12] + "..." for secret in self.secrets if secret in text)
+
+    def close(self):
+        request_started.disconnect(self._on_request, self.app)
+        request_finished.disconnect(self._on_response, self.app)
+        logging.getLogger().removeHandler(self.handler)

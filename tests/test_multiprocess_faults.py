@@ -1,0 +1,83 @@
+"""PostgreSQL restarted under a running service: clear 503s, recovery without a restart, and
+no intent used twice."""
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+import requests
+
+from app.extensions import db
+from tests.conftest import TEST_DATABASE_URL
+from tests.support import scale_response
+
+ROOMY = {"AUTH_FAILURE_LIMIT": "1000 per minute", "RATE_LIMIT_CAPACITY": 1000}
+
+
+@pytest.fixture
+def restartable_postgres():
+    local = TEST_DATABASE_URL and "127.0.0.1" in TEST_DATABASE_URL
+    if not local or shutil.which("pg_ctlcluster") is None or os.geteuid() != 0:
+        pytest.skip("restarting PostgreSQL needs the local cluster, pg_ctlcluster and root")
+    version = sorted(os.listdir("/etc/postgresql"))[-1]
+
+    def ready():
+        return subprocess.run(["pg_isready", "-q", "-h", "127.0.0.1"]).returncode == 0
+
+    def control(action):
+        if action == "start" and ready():
+            return
+        subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", action]
+                       + (["-m", "fast"] if action == "stop" else []), check=True, timeout=60)
+        if action == "start":
+            for _ in range(60):
+                if ready():
+                    return
+                time.sleep(0.5)
+
+    yield control
+    control("start")  # whatever happened, leave PostgreSQL running for the rest of the suite
+
+
+def test_postgres_restart_mid_run(gunicorn, tenant, restartable_postgres):
+    server = gunicorn(workers=2, **ROOMY)
+    headers = tenant.headers
+
+    def generate():
+        return requests.post(server.url + "/v1/intent/generate", headers=headers, timeout=15,
+                             json={"user_token": "restart-user-token"})
+
+    def verify(intent_hash, response):
+        return requests.post(server.url + "/v1/intent/verify", headers=headers, timeout=15,
+                             json={"original_intent_hash": intent_hash, "response": response})
+
+    first, second = generate().json()["intent_hash"], generate().json()["intent_hash"]
+    first_response = scale_response(tenant.signing_secret, first)
+    second_response = scale_response(tenant.signing_secret, second)
+    assert verify(first, first_response).json()["cleared"] is True
+
+    restartable_postgres("stop")
+    try:
+        for attempt in (generate(), verify(second, second_response)):
+            assert attempt.status_code == 503
+            assert attempt.json()["error"] == "service temporarily unavailable"
+            assert attempt.headers["Retry-After"] == "1"
+    finally:
+        restartable_postgres("start")
+
+    # No restart of the service: each worker may fail once on its dead connection, then recovers.
+    outcomes = []
+    for _ in range(10):
+        attempt = verify(second, second_response)
+        outcomes.append(attempt.status_code)
+        if attempt.status_code == 200:
+            break
+    assert outcomes[-1] == 200 and set(outcomes) <= {200, 503}, outcomes
+    assert attempt.json()["cleared"] is True
+    assert verify(second, second_response).json()["reason"] == "ReplayedIntent"
+    assert verify(first, first_response).json()["reason"] == "ReplayedIntent"
+    assert generate().status_code == 200
+
+    db.session.remove()
+    db.engine.dispose()  # the test's own pooled connections died with the restart
