@@ -268,6 +268,8 @@ def main():
     report(results, concurrencies)
     (RESULTS / "results.json").write_text(json.dumps(results, indent=2))
     chart(results, concurrencies, RESULTS / "throughput.png")
+    for bodies in RESULTS.glob("*.bodies"):
+        bodies.unlink()
     print(f"\nwrote {RESULTS / 'results.json'} and {RESULTS / 'throughput.png'}")
 
 

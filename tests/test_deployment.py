@@ -126,3 +126,26 @@ def test_compose_and_systemd_files_are_well_formed():
         assert sections <= set(parser.sections()), unit
     dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
     assert "\nUSER intentgate\n" in dockerfile and "db upgrade" not in dockerfile.split("CMD")[-1]
+
+
+def test_metrics_aggregate_every_gunicorn_worker(embedded_gunicorn, tmp_path):
+    start, cli = embedded_gunicorn
+    created = json.loads(cli("tenants", "create", "--email", "metrics@example.com", "--json"))
+    server = start(workers=3, threads=1, METRICS_ENABLED="true",
+                   PROMETHEUS_MULTIPROC_DIR=tmp_path / "prometheus")
+    request_ids = []
+    for index in range(30):
+        request_id = f"metrics-{index}"
+        request_ids.append(request_id)
+        response = requests.post(server.url + "/v1/intent/verify", timeout=10,
+                                 headers={"X-Service-Key": created["api_key"],
+                                          "X-Request-Id": request_id},
+                                 json={"original_intent_hash": "sha256:" + "e" * 64,
+                                       "response": {"match_id": f"m{index}", "payload": {},
+                                                    "timestamp": 1, "signature": "00"}})
+        assert response.json()["reason"] == "UnknownIntent"
+    assert len(server.pids_for(request_ids)) >= 2
+    text = requests.get(server.url + "/metrics", timeout=10).text
+    line = next(line for line in text.splitlines()
+                if line.startswith('intentgate_verifications_total{outcome="UnknownIntent"}'))
+    assert float(line.rsplit(" ", 1)[1]) == 30
