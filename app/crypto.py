@@ -3,6 +3,7 @@ import hashlib
 import hmac
 import os
 import secrets
+from contextlib import suppress
 from functools import lru_cache
 
 from cryptography.fernet import Fernet, InvalidToken
@@ -66,9 +67,8 @@ def local_encryption_key(instance_path):
         with open(os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as out:
             out.write(Fernet.generate_key())
         try:
-            os.link(draft, path)
-        except FileExistsError:
-            pass
+            with suppress(FileExistsError):  # another worker linked its key first: use that one
+                os.link(draft, path)
         finally:
             os.unlink(draft)
     with open(path, "rb") as stored:

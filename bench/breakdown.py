@@ -2,22 +2,15 @@
 and Redis that bench/run configures (no profiler overhead: wall-clock timers around each I/O).
     .venv/bin/python bench/breakdown.py [--requests 2000]"""
 import argparse
-import statistics
-import sys
 import time
 from collections import defaultdict
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from sqlalchemy import event
+from sqlalchemy.orm import Session
 
-from sqlalchemy import event  # noqa: E402
-
-from app import create_app  # noqa: E402
+from common import verify_workload  # first: it puts the repository on sys.path
 from app.extensions import db  # noqa: E402
-from app.tenants import service as tenant_service  # noqa: E402
 from app.traffic import bucket  # noqa: E402
-from intentgate import ScaleResponse  # noqa: E402
 
 spent = defaultdict(float)
 
@@ -36,19 +29,9 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=2000)
     args = parser.parse_args()
-    app = create_app({"LOG_LEVEL": "WARNING"})
-    client = app.test_client()
+    app, client, headers, bodies = verify_workload(args.requests)
     with app.app_context():
-        provisioned = tenant_service.create_tenant(f"breakdown-{time.time_ns()}@example.com",
-                                                   "enterprise")
         engine = db.engine
-    headers = {"X-Service-Key": provisioned.api_key}
-    bodies = []
-    for _ in range(args.requests):
-        intent_hash = client.post("/v1/intent/generate", headers=headers,
-                                  json={"user_token": "breakdown-user-token"}).get_json()["intent_hash"]
-        signed = ScaleResponse.sign(provisioned.signing_secret, intent_hash, {"answer": "x"})
-        bodies.append({"original_intent_hash": intent_hash, "response": signed.to_dict()})
 
     # Database time per statement kind, measured at the driver (cursor.execute / commit).
     statement_started = {}
@@ -66,7 +49,6 @@ def main():
 
     bucket.RedisBucket.take = timed("redis: token bucket", bucket.RedisBucket.take)
     bucket.RedisBucket.available = timed("redis: ping", bucket.RedisBucket.available)
-    from sqlalchemy.orm import Session
     Session.commit = timed("db: commit (incl. BEGIN/flush)", Session.commit)
 
     for label, call in (("verify", lambda body: client.post("/v1/intent/verify", headers=headers,
