@@ -1,5 +1,6 @@
 """Bad input never gives a 5xx or loses the envelope; the leak watch really catches leaks."""
 import json
+import os
 import logging
 
 import pytest
@@ -30,7 +31,10 @@ verify_bodies = st.one_of(
         | st.from_regex(r"\Asha256:[0-9a-fA-F]{60,68}\Z"),
         "response": scale_responses | json_values}),
 )
+# Random exploration on developer machines; a fixed sequence in CI, so a landing never depends
+# on the draw (a failure found locally is fixed, not re-rolled).
 PROPERTY = settings(max_examples=150, deadline=None, database=None,
+                    derandomize=os.environ.get("CI") == "true",
                     suppress_health_check=list(HealthCheck))
 
 
@@ -44,8 +48,9 @@ def _assert_answered(response):
 
 
 @pytest.fixture
-def roomy(app, tenant):
+def roomy(app, tenant, leak_watch):
     app.config.update(RATE_LIMIT_CAPACITY=1_000_000)
+    leak_watch.watch_requests = False  # generated input; the tenant's real key stays watched
     return tenant
 
 
