@@ -1,6 +1,5 @@
 """Config, request ids, the error envelope, health."""
 import json
-import logging
 
 import pytest
 
