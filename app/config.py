@@ -7,6 +7,7 @@ import os
 from urllib.parse import urlsplit
 
 from cryptography.fernet import Fernet
+from limits import parse as parse_rate_limit
 
 
 class ConfigError(RuntimeError):
@@ -123,6 +124,10 @@ def validate(config):
         url = config[name]
         if url is not None and not urlsplit(url).scheme:
             raise ConfigError(f"{name} must be an absolute URL")
+    try:
+        parse_rate_limit(config["AUTH_FAILURE_LIMIT"])
+    except ValueError:
+        raise ConfigError("AUTH_FAILURE_LIMIT must look like '20 per minute'") from None
     key = config["SECRET_ENCRYPTION_KEY"]
     if key is None:
         if config["DEPLOYMENT_MODE"] == "production":

@@ -26,6 +26,8 @@ def test_default_config_is_not_testing(monkeypatch, tmp_path):
         ("DATABASE_URL", "mysql://x/y", "DATABASE_URL must be a sqlite:// or postgresql:// URL"),
         ("SECRET_ENCRYPTION_KEY", "not-a-key", "SECRET_ENCRYPTION_KEY must be a Fernet key"),
         ("RATE_LIMIT_CAPACITY", "0", "RATE_LIMIT_CAPACITY must be between 1"),
+        ("AUTH_FAILURE_LIMIT", "lots", "AUTH_FAILURE_LIMIT must look like '20 per minute'"),
+        ("DEPLOYMENT_MODE", "staging", "DEPLOYMENT_MODE must be 'local' or 'production'"),
     ],
 )
 def test_bad_settings_fail_fast(monkeypatch, name, value, message):
