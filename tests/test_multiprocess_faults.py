@@ -65,19 +65,20 @@ def test_postgres_restart_mid_run(gunicorn, tenant, restartable_postgres):
             assert attempt.headers["Retry-After"] == "1"
     finally:
         restartable_postgres("start")
+        db.session.remove()
+        db.engine.dispose()  # the test's own pooled connections died with the restart
 
-    # No restart of the service: each worker may fail once on its dead connection, then recovers.
-    outcomes = []
-    for _ in range(10):
-        attempt = verify(second, second_response)
-        outcomes.append(attempt.status_code)
-        if attempt.status_code == 200:
-            break
-    assert outcomes[-1] == 200 and set(outcomes) <= {200, 503}, outcomes
-    assert attempt.json()["cleared"] is True
+    # No restart of the service: each worker fails at most once, on its dead pooled connection
+    # (SQLAlchemy then invalidates that worker's pool), and then keeps answering.
+    statuses = []
+    while statuses[-4:] != [200] * 4 and len(statuses) < 16:
+        statuses.append(requests.get(server.url + "/v1/tenant/usage", headers=headers,
+                                     timeout=15).status_code)
+    assert statuses[-4:] == [200] * 4 and set(statuses) <= {200, 503}, statuses
+    assert statuses.count(503) <= 2, statuses  # two workers
+
+    recovered = verify(second, second_response)
+    assert recovered.json() == {"cleared": True, "reason": None, "payload": {"answer": "42"}}
     assert verify(second, second_response).json()["reason"] == "ReplayedIntent"
     assert verify(first, first_response).json()["reason"] == "ReplayedIntent"
     assert generate().status_code == 200
-
-    db.session.remove()
-    db.engine.dispose()  # the test's own pooled connections died with the restart

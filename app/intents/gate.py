@@ -123,12 +123,14 @@ def _judge_step_by_step(check):
     return check.reason(consumed, first_sighting)
 
 
-# PostgreSQL: consume the intent, record the match_id when everything else passed, and count the
-# verification, in one round trip. Data-modifying CTEs all run whatever the outcome.
+# PostgreSQL: count the verification, consume the intent, and record the match_id when every
+# other check passed, in one statement. The intent is consumed only if the count went in, so a
+# verify refused at the plan limit changes nothing even without a rollback; that lets a verify
+# without an Idempotency-Key run as a single self-committing statement (see single_statement).
 _VERIFY_SQL = """
-WITH consumed AS (
+WITH {usage_cte}consumed AS (
     UPDATE intents SET consumed_at = :now
-    WHERE intent_hash = :intent_hash AND owner = :owner AND consumed_at IS NULL
+    WHERE intent_hash = :intent_hash AND owner = :owner AND consumed_at IS NULL{counted}
     RETURNING id, issued_at, expires_at
 ), sighting AS (
     INSERT INTO seen_responses (owner, match_id, intent_id)
@@ -137,7 +139,7 @@ WITH consumed AS (
       AND :timestamp BETWEEN issued_at - :skew AND :now + :skew
     ON CONFLICT DO NOTHING
     RETURNING intent_id
-){usage_cte}
+)
 SELECT consumed.id, consumed.issued_at, consumed.expires_at,
        EXISTS (SELECT 1 FROM sighting) AS first_sighting,
        -- the statement's snapshot predates the UPDATE: this is NULL only for an unknown intent
@@ -145,15 +147,16 @@ SELECT consumed.id, consumed.issued_at, consumed.expires_at,
            AS known_expires_at{usage_column}
 FROM (SELECT 1) AS one LEFT JOIN consumed ON true
 """
-_USAGE_CTE = """, usage AS (
+_USAGE_CTE = """usage AS (
     INSERT INTO monthly_usage (tenant_id, period, usage_count) VALUES (:tenant_id, :period, 1)
     ON CONFLICT (tenant_id, period) DO UPDATE SET usage_count = monthly_usage.usage_count + 1
     WHERE CAST(:plan_limit AS BIGINT) IS NULL OR monthly_usage.usage_count < :plan_limit
     RETURNING usage_count
-)"""
+), """
 _METERED_SQL = text(_VERIFY_SQL.format(
-    usage_cte=_USAGE_CTE, usage_column=",\n       (SELECT usage_count FROM usage) AS usage_count"))
-_UNMETERED_SQL = text(_VERIFY_SQL.format(usage_cte="", usage_column=""))
+    usage_cte=_USAGE_CTE, counted=" AND EXISTS (SELECT 1 FROM usage)",
+    usage_column=",\n       (SELECT usage_count FROM usage) AS usage_count"))
+_UNMETERED_SQL = text(_VERIFY_SQL.format(usage_cte="", counted="", usage_column=""))
 
 
 def _judge_in_one_statement(check):

@@ -3,6 +3,7 @@ from flask import Blueprint, g, jsonify
 
 from app.auth import authenticate
 from app.http import json_body
+from app.sql import single_statement
 from app.intents import gate, idempotency, service
 from app.intents.schemas import (
     generate_schema,
@@ -22,6 +23,8 @@ def generate():
 
 
 @bp.post("/verify")
+# Without an Idempotency-Key a verify writes with one statement (gate._VERIFY_SQL).
+@single_statement(unless_header=idempotency.HEADER)
 @authenticate()
 def verify():
     idempotency_key = idempotency.key_from_request()
