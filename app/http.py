@@ -28,7 +28,7 @@ def json_body(allow_empty=False):
 def _assign_request_id():
     supplied = request.headers.get("X-Request-Id", "")
     g.request_id = supplied if REQUEST_ID_PATTERN.fullmatch(supplied) else uuid.uuid4().hex
-    g.started = time.perf_counter()
+    g.request_started = time.perf_counter()  # also read by app.metrics
 
 
 def _stamp_request_id(response):
@@ -37,7 +37,7 @@ def _stamp_request_id(response):
 
 
 def _log_request(response):
-    elapsed_ms = (time.perf_counter() - g.get("started", time.perf_counter())) * 1000
+    elapsed_ms = (time.perf_counter() - g.get("request_started", time.perf_counter())) * 1000
     # The path, never the query string: keys must not travel in URLs, and if a client puts one
     # there anyway it must not reach the log.
     log.info(

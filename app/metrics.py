@@ -37,15 +37,11 @@ def record_context_store_failure(failure):
     CONTEXT_STORE_FAILURES.labels(failure=failure).inc()
 
 
-def _start_timer():
-    g.metrics_started = time.perf_counter()
-
-
 def _observe(response):
     # The route pattern, not the path: label values must stay few.
     endpoint = request.url_rule.rule if request.url_rule else "unmatched"
     REQUESTS.labels(endpoint, request.method, str(response.status_code)).inc()
-    started = g.pop("metrics_started", None)
+    started = g.get("request_started")  # set by app.http when the request began
     if started is not None:
         LATENCY.labels(endpoint, request.method).observe(time.perf_counter() - started)
     return response
@@ -63,5 +59,4 @@ def metrics():
 
 
 def init_app(app):
-    app.before_request(_start_timer)
     app.after_request(_observe)

@@ -80,8 +80,7 @@ class _Check:
 
     def may_clear(self, consumed):
         """Everything but the match_id replay check passes (mirrored in _VERIFY_SQL)."""
-        return (self.now <= consumed.expires_at and self.signature_ok
-                and self.in_window(consumed.issued_at))
+        return self.reason(consumed, first_sighting=True) is None
 
     def why_not_consumed(self, known_expires_at):
         """The intent was not ours to consume: unknown, expired (checked first) or used."""
@@ -110,7 +109,6 @@ def _judge_step_by_step(check):
         .returning(intents.c.id, intents.c.issued_at, intents.c.expires_at)
     ).first()
     if consumed is None:
-        intents = Intent.__table__
         return check.why_not_consumed(db.session.execute(
             select(intents.c.expires_at).where(intents.c.intent_hash == check.intent_hash,
                                                intents.c.owner == check.principal.owner)

@@ -2,7 +2,7 @@
 import logging
 from dataclasses import dataclass
 
-from sqlalchemy import func, select, update
+from sqlalchemy import select, update
 
 from app import crypto
 from app.clock import billing_period, now_seconds, utcnow
@@ -129,11 +129,11 @@ def rotate_signing_secret(reference, grace_seconds=0):
 
 def current_usage_count(tenant_id):
     count = db.session.execute(
-        select(func.coalesce(func.sum(MonthlyUsage.usage_count), 0)).where(
+        select(MonthlyUsage.usage_count).where(
             MonthlyUsage.tenant_id == tenant_id, MonthlyUsage.period == billing_period()
         )
-    ).scalar_one()
-    return int(count)
+    ).scalar()
+    return count or 0
 
 
 def usage(tenant, usage_count=None):
