@@ -6,9 +6,9 @@ from sqlalchemy import event
 from werkzeug.middleware.proxy_fix import ProxyFix
 
 from app import config as settings
-from app import crypto, errors, http, logs, metrics, transport
+from app import crypto, database, errors, http, https_only, logs, metrics
 from app.context_store import taxonomy
-from app.extensions import context_store, cors, db, limiter, migrate
+from app.extensions import context_store, cors, db, migrate
 from app.traffic import limits
 
 
@@ -17,6 +17,7 @@ def create_app(overrides=None):
     configure(app, overrides)
     logs.init_app(app)
     register_extensions(app)
+    register_request_hooks(app)
     register_blueprints(app)
     errors.init_app(app)
     register_commands(app)
@@ -30,13 +31,6 @@ def configure(app, overrides):
     if app.config["SECRET_ENCRYPTION_KEY"] is None:
         app.config["SECRET_ENCRYPTION_KEY"] = crypto.local_encryption_key(app.instance_path)
     app.config["SQLALCHEMY_ENGINE_OPTIONS"] = _engine_options(app.config)
-    app.config.update(
-        RATELIMIT_STORAGE_URI=app.config["REDIS_URL"] or "memory://",
-        RATELIMIT_STORAGE_OPTIONS=_limiter_storage_options(app.config),
-        RATELIMIT_STRATEGY="moving-window",
-        RATELIMIT_SWALLOW_ERRORS=True,
-        RATELIMIT_HEADERS_ENABLED=False,
-    )
     if app.config["TRUSTED_PROXY_HOPS"]:
         hops = app.config["TRUSTED_PROXY_HOPS"]
         app.wsgi_app = ProxyFix(app.wsgi_app, x_for=hops, x_proto=hops, x_host=hops)
@@ -54,32 +48,23 @@ def _engine_options(config):
             "connect_args": {"connect_timeout": 5}}
 
 
-def _limiter_storage_options(config):
-    if not config["REDIS_URL"]:
-        return {}
-    timeout = config["REDIS_SOCKET_TIMEOUT"]
-    return {"socket_timeout": timeout, "socket_connect_timeout": timeout}
-
-
 def register_extensions(app):
     db.init_app(app)
     with app.app_context():
         _tune_sqlite(db.engine)
     migrate.init_app(app, db, directory=os.path.join(os.path.dirname(app.root_path), "migrations"))
-    http.init_app(app)
-    transport.init_app(app)
-    metrics.init_app(app)
+    database.init_app(app, app.config["SQLALCHEMY_ENGINE_OPTIONS"])
     limits.init_app(app)
-    limiter.init_app(app)
-    cors.init_app(
-        app,
-        resources={r"/v1/*": {"origins": app.config["CORS_ORIGINS"]}},
-        allow_headers=["X-Service-Key", "Content-Type", "Idempotency-Key", "X-Request-Id"],
-        expose_headers=["X-Request-Id", "X-RateLimit-Limit", "X-RateLimit-Remaining",
-                        "X-RateLimit-Reset", "Retry-After", "Idempotent-Replayed"],
-        methods=["GET", "POST", "PATCH", "OPTIONS"],
-        max_age=600,
-    )
+    if app.config["CORS_ORIGINS"]:  # no browser origin allowed: no CORS work per request
+        cors.init_app(
+            app,
+            resources={r"/v1/*": {"origins": app.config["CORS_ORIGINS"]}},
+            allow_headers=["X-Service-Key", "Content-Type", "Idempotency-Key", "X-Request-Id"],
+            expose_headers=["X-Request-Id", "X-RateLimit-Limit", "X-RateLimit-Remaining",
+                            "X-RateLimit-Reset", "Retry-After", "Idempotent-Replayed"],
+            methods=["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"],
+            max_age=600,
+        )
     context_store.init_app(app)
     taxonomy.init_app(app)
 
@@ -98,6 +83,18 @@ def _tune_sqlite(engine):
     @event.listens_for(engine, "begin")
     def _on_begin(connection):
         connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def register_request_hooks(app):
+    """Every request passes these, in this order (Flask runs after_request hooks last first)."""
+    app.before_request(http.assign_request_id)
+    app.before_request(https_only.refuse_plain_http)
+    after = [limits.rate_headers, https_only.strict_transport, http.protective_headers]
+    if app.config["METRICS_ENABLED"]:
+        after.append(metrics.observe)
+    after.append(logs.log_request)
+    for hook in reversed(after):
+        app.after_request(hook)
 
 
 def register_blueprints(app):

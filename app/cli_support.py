@@ -1,11 +1,22 @@
-"""What the CLI groups share: one-line errors and JSON output."""
+"""What the CLI groups share: a person at the terminal, one-line errors and JSON output."""
 import json
 from functools import wraps
 
 import click
+from flask.cli import AppGroup
 from marshmallow import ValidationError
 
+from app import logs
 from app.errors import ApiError, _first_message
+
+
+class OperatorGroup(AppGroup):
+    """Commands a person runs: routine JSON log lines stay off the terminal (warnings and
+    errors still show); under gunicorn the logs are unchanged."""
+
+    def invoke(self, ctx):
+        with logs.only_failures():
+            return super().invoke(ctx)
 
 
 def one_line_errors(command):

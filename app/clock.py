@@ -11,6 +11,12 @@ def utcnow():
     return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
+def utc_day(at=None):
+    """The calendar day in UTC, as 'YYYY-MM-DD' (daily usage)."""
+    moment = at or datetime.now(timezone.utc)
+    return f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d}"
+
+
 def billing_period(at=None):
     """The calendar month in UTC, as 'YYYY-MM'."""
     moment = at or datetime.now(timezone.utc)

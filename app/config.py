@@ -4,6 +4,8 @@ Every setting has a typed parser; a bad value stops start-up with a message nami
 so a misconfigured worker never comes up half-working.
 """
 import os
+import sys
+from contextlib import contextmanager
 from urllib.parse import urlsplit
 
 from cryptography.fernet import Fernet
@@ -12,6 +14,21 @@ from limits import parse as parse_rate_limit
 
 class ConfigError(RuntimeError):
     """A setting is missing or malformed."""
+
+
+# gunicorn's "worker failed to boot" status: a worker exiting with it stops the master instead of
+# being respawned in a loop. Any non-zero status does for the flask CLI.
+CONFIG_ERROR_EXIT_STATUS = 3
+
+
+@contextmanager
+def exit_on_config_error():
+    """Stop the process with one line naming the setting, not a traceback (entry points only)."""
+    try:
+        yield
+    except ConfigError as error:
+        print(f"Configuration error: {error}", file=sys.stderr, flush=True)
+        raise SystemExit(CONFIG_ERROR_EXIT_STATUS) from None
 
 
 def _text(name, default=None):
@@ -77,6 +94,7 @@ def from_environment(instance_path):
         "CONTEXT_STORE_URL": _text("CONTEXT_STORE_URL"),
         "CONTEXT_STORE_CONNECT_TIMEOUT": _number("CONTEXT_STORE_CONNECT_TIMEOUT", 5.0),
         "CONTEXT_STORE_READ_TIMEOUT": _number("CONTEXT_STORE_READ_TIMEOUT", 20.0),
+        "CONTEXT_STORE_DEADLINE": _number("CONTEXT_STORE_DEADLINE", 25.0),
         "TAXONOMY_PATH": _text("TAXONOMY_PATH"),
         "CORS_ORIGINS": _origins("CORS_ORIGINS"),
         "SECRET_ENCRYPTION_KEY": _text("SECRET_ENCRYPTION_KEY"),
@@ -108,6 +126,26 @@ def normalize_database_url(url):
     return url
 
 
+REDIS_CLUSTER_SCHEME = "redis+cluster://"
+
+
+def redis_cluster_nodes(url):
+    """The (host, port) startup nodes of `redis+cluster://host:port[,host:port...]`, or None
+    when REDIS_URL names a single Redis."""
+    if url is None or not url.lower().startswith(REDIS_CLUSTER_SCHEME):
+        return None
+    problem = ConfigError("REDIS_URL must look like redis+cluster://host:port[,host:port...]")
+    nodes = []
+    for node in url[len(REDIS_CLUSTER_SCHEME):].rstrip("/").split(","):
+        host, _, port = node.strip().rpartition(":")
+        if not host or "/" in host or "@" in host or not port.isdigit():
+            raise problem
+        if not 0 < int(port) < 65536:
+            raise problem
+        nodes.append((host.strip("[]"), int(port)))
+    return nodes
+
+
 def validate(config):
     """Fail fast on settings that cannot work together."""
     config["SQLALCHEMY_DATABASE_URI"] = normalize_database_url(config["SQLALCHEMY_DATABASE_URI"])
@@ -124,6 +162,9 @@ def validate(config):
         url = config[name]
         if url is not None and not urlsplit(url).scheme:
             raise ConfigError(f"{name} must be an absolute URL")
+    config["REDIS_CLUSTER_NODES"] = redis_cluster_nodes(config["REDIS_URL"])
+    if not 0 < config["CONTEXT_STORE_DEADLINE"] < 30:  # SPEC.md's request timeout
+        raise ConfigError("CONTEXT_STORE_DEADLINE must be more than 0 and less than 30 seconds")
     try:
         parse_rate_limit(config["AUTH_FAILURE_LIMIT"])
     except ValueError:

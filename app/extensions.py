@@ -1,12 +1,10 @@
 """Extension singletons: instantiated here, bound to the app in create_app."""
 from flask_cors import CORS
-from flask_limiter import Limiter
 from flask_migrate import Migrate
 from flask_sqlalchemy import SQLAlchemy
 from sqlalchemy import MetaData
 
 from app.context_store.session import ContextStoreSession
-from app.traffic.addresses import client_address
 
 # Named constraints keep Alembic migrations identical on SQLite and PostgreSQL.
 NAMING_CONVENTION = {
@@ -25,8 +23,4 @@ db = SQLAlchemy(
 )
 migrate = Migrate()
 cors = CORS()
-# Flask-Limiter provides the configured storage and moving-window strategy for the per-address
-# limit on failed authentication (app.traffic.limits); the per-tenant token bucket lives in
-# app.traffic.bucket, since limits has no token bucket.
-limiter = Limiter(key_func=client_address, default_limits=[], headers_enabled=False)
 context_store = ContextStoreSession()

@@ -1,25 +1,38 @@
 """Public health check: the database and the rate-limit store must both answer."""
-from flask import Blueprint, g
-from sqlalchemy import text
-from sqlalchemy.exc import SQLAlchemyError
+from flask import g
+from marshmallow import Schema, fields
+from sqlalchemy import literal, select
 
-from app.extensions import db
+from app import database
+from app.errors import Unavailable
+from app.openapi import Blueprint
 from app.traffic import bucket
 
 bp = Blueprint("health", __name__)
 
 
+class HealthSchema(Schema):
+    status = fields.String(required=True, metadata={"enum": ["ok", "unavailable"]})
+    checks = fields.Dict(keys=fields.String(), values=fields.String(), required=True)
+    error = fields.String()
+    request_id = fields.String()
+
+
 def _database_ok():
     try:
-        db.session.execute(text("SELECT 1"))
+        database.execute("health", lambda: select(literal(1)), {})
         return True
-    except SQLAlchemyError:
-        db.session.rollback()
+    except Unavailable:
         return False
 
 
 @bp.get("/health")
+@bp.response(200, HealthSchema)
+@bp.alt_response(503, schema=HealthSchema,
+                 description="The database or the rate-limit store is down (the failing check "
+                             "says which), in the error envelope.")
 def health():
+    """Health of the database and the rate-limit store"""
     checks = {
         "database": "ok" if _database_ok() else "unavailable",
         "rate_limit_store": "ok" if bucket.store_available() else "unavailable",

@@ -1,58 +1,72 @@
 """Request plumbing shared by every endpoint: request ids and strict JSON bodies."""
-import logging
 import re
 import time
 import uuid
 
-from flask import g, request
+from flask import current_app, g, request
+from gunicorn.http.errors import ParseException
+from werkzeug.exceptions import RequestEntityTooLarge
 
+from app import strict_json
 from app.errors import BadRequest
-
-log = logging.getLogger("app.access")
 
 REQUEST_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,128}")
 
 
 def json_body(allow_empty=False):
-    """Return the request body as a dict, or raise the contract's 400 for anything else."""
-    if allow_empty and not request.get_data(cache=True):
-        return {}
-    if not request.is_json:
-        raise BadRequest("Content-Type must be application/json")
-    body = request.get_json(silent=True)
-    if not isinstance(body, dict):
-        raise BadRequest("request body must be a JSON object")
+    """Return the request body as a dict, or raise the contract's 4xx for anything else.
+    Parsed once per request: the view may read again what its schema loaded (verify digests
+    the body as sent)."""
+    body = g.get("json_body")
+    if body is None:
+        body = g.json_body = _parse_body(allow_empty)
     return body
 
 
-def _assign_request_id():
+def _parse_body(allow_empty):
+    raw = _body_bytes()
+    if allow_empty and not raw:
+        return {}
+    if not request.is_json:
+        raise BadRequest("Content-Type must be application/json")
+    body = strict_json.loads(raw)
+    if not isinstance(body, dict):
+        raise BadRequest(strict_json.NOT_AN_OBJECT)
+    return body
+
+
+def _body_bytes():
+    """The whole body, at most MAX_CONTENT_LENGTH bytes however it was framed."""
+    try:
+        raw = request.get_data(cache=True)
+        # Werkzeug stops a chunked body (no Content-Length) at the limit without a word; one
+        # more byte from the server's stream tells a body cut short from one exactly that long.
+        limit = request.max_content_length
+        if (request.content_length is None and limit is not None and len(raw) >= limit
+                and request.environ["wsgi.input"].read(1)):
+            raise RequestEntityTooLarge()
+    except ParseException:
+        # gunicorn parses chunked framing lazily, while the app reads: a malformed chunk size
+        # or terminator surfaces here.
+        raise BadRequest("request body has malformed chunked encoding") from None
+    return raw
+
+
+def assign_request_id():
     supplied = request.headers.get("X-Request-Id", "")
     g.request_id = supplied if REQUEST_ID_PATTERN.fullmatch(supplied) else uuid.uuid4().hex
     g.request_started = time.perf_counter()  # also read by app.metrics
 
 
-def _stamp_request_id(response):
-    response.headers["X-Request-Id"] = g.get("request_id") or uuid.uuid4().hex
+def protective_headers(response):
+    """CONTRACT.md's headers on every response. API answers are never cached: some carry
+    credentials (provisioning, rotation), and none is meant to be reused."""
+    headers = response.headers
+    headers["X-Request-Id"] = g.get("request_id") or uuid.uuid4().hex
+    headers["X-Content-Type-Options"] = "nosniff"
+    if request.path.startswith("/v1/"):
+        headers["Cache-Control"] = "no-store"
+        if current_app.config["CORS_ORIGINS"]:
+            # CORS answers depend on the Origin even when this one carries no CORS header.
+            response.vary.add("Origin")
     return response
-
-
-def _log_request(response):
-    elapsed_ms = (time.perf_counter() - g.get("request_started", time.perf_counter())) * 1000
-    # The path, never the query string: keys must not travel in URLs, and if a client puts one
-    # there anyway it must not reach the log.
-    log.info(
-        "request",
-        extra={
-            "method": request.method,
-            "path": request.path,
-            "status": response.status_code,
-            "duration_ms": round(elapsed_ms, 2),
-        },
-    )
-    return response
-
-
-def init_app(app):
-    app.before_request(_assign_request_id)
-    app.after_request(_log_request)
-    app.after_request(_stamp_request_id)

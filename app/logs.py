@@ -1,9 +1,14 @@
 """One JSON object per log line, each carrying the request id of the request that wrote it."""
 import logging
 import sys
+import time
+from contextlib import contextmanager
 
-from flask import g, has_request_context
+from flask import g, has_request_context, request
 from pythonjsonlogger.json import JsonFormatter
+
+
+access_log = logging.getLogger("app.access")
 
 
 class StderrHandler(logging.StreamHandler):
@@ -43,3 +48,32 @@ def init_app(app):
     handler._intentgate = True
     root.addHandler(handler)
     root.setLevel(app.config["LOG_LEVEL"])
+
+
+def log_request(response):
+    """One JSON line per request: what was asked, how it ended, and what it decided."""
+    elapsed_ms = (time.perf_counter() - g.get("request_started", time.perf_counter())) * 1000
+    # The path, never the query string: keys must not travel in URLs, and if a client puts one
+    # there anyway it must not reach the log.
+    fields = {"method": request.method, "path": request.path, "status": response.status_code,
+              "duration_ms": round(elapsed_ms, 2)}
+    for name in ("verdict", "intent_class"):
+        value = g.get(name)
+        if value is not None:
+            fields[name] = value
+    access_log.info("request", extra=fields)
+    return response
+
+
+@contextmanager
+def only_failures():
+    """While a CLI command runs for a person: this module's handler shows warnings and errors."""
+    handlers = [h for h in logging.getLogger().handlers if getattr(h, "_intentgate", False)]
+    levels = [handler.level for handler in handlers]
+    for handler in handlers:
+        handler.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        for handler, level in zip(handlers, levels):
+            handler.setLevel(level)

@@ -29,21 +29,21 @@ CONTEXT_STORE_FAILURES = Counter("intentgate_context_store_failures_total",
                                  "Context store failures by kind", ["failure"])
 
 
-def record_verdict(reason):
-    VERDICTS.labels(outcome=reason or "cleared").inc()
-
-
 def record_context_store_failure(failure):
     CONTEXT_STORE_FAILURES.labels(failure=failure).inc()
 
 
-def _observe(response):
+def observe(response):
+    """Count the request (and a verify's verdict); registered only with METRICS_ENABLED."""
     # The route pattern, not the path: label values must stay few.
     endpoint = request.url_rule.rule if request.url_rule else "unmatched"
     REQUESTS.labels(endpoint, request.method, str(response.status_code)).inc()
     started = g.get("request_started")  # set by app.http when the request began
     if started is not None:
         LATENCY.labels(endpoint, request.method).observe(time.perf_counter() - started)
+    verdict = g.get("verdict")  # set by the verify view
+    if verdict is not None:
+        VERDICTS.labels(outcome=verdict).inc()
     return response
 
 
@@ -56,7 +56,3 @@ def metrics():
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)
     return Response(generate_latest(registry), mimetype=CONTENT_TYPE_LATEST)
-
-
-def init_app(app):
-    app.after_request(_observe)

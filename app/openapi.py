@@ -1,160 +1,185 @@
-"""The OpenAPI 3 document, generated from the marshmallow schemas the endpoints use (apispec)."""
-from apispec import APISpec
-from apispec.ext.marshmallow import MarshmallowPlugin
-from flask import Blueprint, current_app
-from marshmallow import Schema, fields
+"""The OpenAPI 3 document at /openapi.json, built by flask-smorest from the views themselves.
 
+A view documents itself with the decorators that also do its work: `@bp.arguments(Schema)`
+loads the body (or query) through app.http.json_body and the schema, `@bp.response(200,
+Schema)` dumps the answer, `@bp.error(409, "...")` names an error the view raises itself. What
+every operation shares is added here, once, because app-wide code does it for every request:
+X-Request-Id on every response (app.http), and for /v1/*, which authenticate and rate_limited
+guard, the ServiceKey scheme, X-RateLimit-* on every response (app.traffic.limits) and the
+errors those decorators and the request plumbing raise. See the README's API reference.
+"""
+from functools import wraps
+
+import flask
+import flask_smorest
+from apispec import BasePlugin
+from flask import current_app, request
+from marshmallow import EXCLUDE, Schema, fields
+
+from app.http import json_body
 from app.intents.reasons import BLOCK_REASONS
-from app.intents.schemas import (
-    GenerateSchema,
-    IntentSignatureSchema,
-    VerificationResultSchema,
-    VerifySchema,
-)
-from app.tenants.schemas import (
-    RotateKeySchema,
-    TenantCreatedSchema,
-    TenantCreateSchema,
-    TenantSchema,
-    TenantUpdateSchema,
-    UsageSchema,
-)
-
-bp = Blueprint("openapi", __name__)
+from app.intents.schemas import PAYLOAD_VALUE
 
 
 class ErrorSchema(Schema):
+    """The envelope app.errors.error_response writes for every 4xx and 5xx."""
+
     error = fields.String(required=True, metadata={"description": "The error text."})
     request_id = fields.String(required=True, metadata={"description": "Same as X-Request-Id."})
     details = fields.Dict(metadata={"description": "Per-field validation messages."})
     retry_after = fields.Integer(metadata={"description": "On 429: seconds to wait."})
 
 
-class HealthSchema(Schema):
-    status = fields.String(required=True, metadata={"enum": ["ok", "unavailable"]})
-    checks = fields.Dict(keys=fields.String(), values=fields.String(), required=True)
-    error = fields.String()
-    request_id = fields.String()
+class Blueprint(flask_smorest.Blueprint):
+    """flask-smorest's Blueprint: its decorators document the view; bodies are read by
+    app.http.json_body alone (webargs parses nothing), so there is one parsing path."""
+
+    def arguments(self, schema, *, location="json", required=True, **kwargs):
+        """Load the body through app.http.json_body (or, with location="query", the query
+        string) with `schema`, pass the fields to the view, and document both. With
+        required=False an empty body stands for {}. Errors are the schema's ValidationError,
+        which app.errors renders (400)."""
+        schema = schema() if isinstance(schema, type) else schema
+        read = _READERS[location]
+        # flask-smorest only records the documentation here; webargs does not parse.
+        documented = _recorded(super().arguments(schema, location=location, required=required,
+                                                 error_status_code=400, **kwargs))
+
+        def decorator(view):
+            @wraps(view)
+            def loaded(*args, **kwargs):
+                return view(*args, read(schema, required), **kwargs)
+
+            return documented(loaded)
+
+        return decorator
+
+    # Documentation-only decorators: keep what they record, not their per-request wrapper.
+    def alt_response(self, *args, **kwargs):
+        return _recorded(super().alt_response(*args, **kwargs))
+
+    @staticmethod
+    def doc(**kwargs):
+        return _recorded(flask_smorest.Blueprint.doc(**kwargs))
+
+    def error(self, status, description):
+        """Document an error status the view itself raises, in the error envelope."""
+        return self.alt_response(status, schema=ErrorSchema, description=description)
 
 
-class TenantListSchema(Schema):
-    tenants = fields.List(fields.Nested(TenantSchema), required=True)
-    has_more = fields.Boolean(required=True)
+_READERS = {
+    "json": lambda schema, required: schema.load(json_body(allow_empty=not required)),
+    # Query strings carry what proxies and caches add: unknown parameters are ignored.
+    "query": lambda schema, required: schema.load(request.args, unknown=EXCLUDE),
+}
+
+
+def _recorded(decorator):
+    """Apply a flask-smorest decorator for its record (`_apidoc`, read when the route is
+    registered) and return the view itself: nothing runs per request."""
+
+    def record(view):
+        view._apidoc = decorator(view)._apidoc
+        return view
+
+    return record
 
 
 HEADERS = {
     "X-Request-Id": ("Correlation id: the caller's when it matches ^[A-Za-z0-9._-]{1,128}$, "
-                     "else a new one.", "string"),
+                     "else a new one.", "string", True),
     "X-RateLimit-Limit": ("Token bucket capacity (or, on 401, the per-address failure limit).",
-                          "integer"),
-    "X-RateLimit-Remaining": ("Whole tokens left.", "integer"),
-    "X-RateLimit-Reset": ("Unix time at which the bucket is full again.", "integer"),
-    "Retry-After": ("Seconds to wait before retrying.", "integer"),
-    "Idempotent-Replayed": ("`true` when this verify result replays an earlier one.", "string"),
+                          "integer", False),
+    "X-RateLimit-Remaining": ("Whole tokens left.", "integer", False),
+    "X-RateLimit-Reset": ("Unix time at which the bucket is full again.", "integer", False),
+    "Retry-After": ("Seconds to wait before retrying.", "integer", False),
 }
-ERRORS = {
-    "400": "Malformed JSON, wrong Content-Type, unknown or invalid fields.",
+RATE_HEADERS = ["X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"]
+# What any /v1 operation may answer, whatever the view: the request plumbing (app.http,
+# app.https_only, MAX_CONTENT_LENGTH), authenticate, rate_limited, and the database.
+V1_ERRORS = {
+    "400": "Malformed JSON, wrong Content-Type, unknown or invalid fields or parameters.",
     "401": "Missing, invalid, rotated or deactivated X-Service-Key.",
-    "403": "The key is of the wrong kind for this endpoint.",
-    "404": "Not found.",
+    "403": "The key is of the wrong kind for this endpoint, or plain HTTP where HTTPS is "
+           "required.",
     "413": "Body over 64 KiB.",
-    "422": "Idempotency-Key reused with a different body.",
-    "429": "`rate limit exceeded` or `monthly verification limit reached`.",
-    "502": "`context store request failed`.",
-    "409": "A tenant with this email already exists.",
+    "429": "`rate limit exceeded` (also for too many failed authentications from one address).",
     "503": "`Multi-tenancy not configured`, or the database or rate-limit store is down.",
 }
-V1_HEADERS = ["X-Request-Id", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"]
 
 
-def _headers(names):
-    headers = {}
-    for name in names:
-        description, kind = HEADERS[name]
-        headers[name] = {"description": description, "required": name == "X-Request-Id",
-                         "schema": {"type": kind}}
-    return headers
+class ServiceConventions(BasePlugin):
+    """apispec plugin: what every operation shares (see the module docstring), and the JSON
+    Schema keywords a schema states in `Meta.openapi` where marshmallow has no field option."""
+
+    def schema_helper(self, name, definition, schema=None, **kwargs):
+        return dict(getattr(getattr(schema, "Meta", None), "openapi", {}))
+
+    def path_helper(self, path=None, operations=None, parameters=None, **kwargs):
+        # Path parameters on each operation, so every key of a path item is a method.
+        for operation in operations.values():
+            operation["parameters"] = parameters + operation.get("parameters", [])
+        parameters.clear()
+
+    def operation_helper(self, path=None, operations=None, **kwargs):
+        guarded = path.startswith("/v1/")
+        for operation in operations.values():
+            # Status keys as strings, so an error documented twice is one entry.
+            responses = {str(status): response
+                         for status, response in operation.get("responses", {}).items()}
+            operation["security"] = [{"ServiceKey": []}] if guarded else []
+            for status, description in V1_ERRORS.items() if guarded else ():
+                if not isinstance(responses.get(status), dict):  # a view's own text wins
+                    responses[status] = {"description": description,
+                                         "content": {"application/json": {"schema": "Error"}}}
+            for status, response in responses.items():
+                names = ["X-Request-Id"] + (RATE_HEADERS if guarded else [])
+                if status in ("429", "503"):
+                    names.append("Retry-After")
+                headers = response.setdefault("headers", {})
+                for name in names:
+                    headers.setdefault(name, name)  # a reference to components/headers
+            operation["responses"] = dict(sorted(responses.items()))
 
 
-def _json(schema, description, headers=V1_HEADERS):
-    return {"description": description, "headers": _headers(headers),
-            "content": {"application/json": {"schema": schema}}}
+class Api(flask_smorest.Api):
+    ERROR_SCHEMA = ErrorSchema
+    DEFAULT_ERROR_RESPONSE_NAME = None  # every error status is documented by its code
+
+    def _register_error_handlers(self):
+        """None: app.errors is the one place that renders errors."""
 
 
-def _operation(summary, body, ok, errors, secured=True, parameters=(), status="200",
-               ok_headers=V1_HEADERS):
-    responses = {status: _json(ok, "Success.", ok_headers)}
-    for code in errors:
-        headers = V1_HEADERS + (["Retry-After"] if code in ("429", "503") else [])
-        responses[code] = _json("Error", ERRORS[code], headers)
-    operation = {"summary": summary, "responses": responses, "parameters": list(parameters)}
-    if body:
-        operation["requestBody"] = {"required": True,
-                                    "content": {"application/json": {"schema": body}}}
-    operation["security"] = [{"ServiceKey": []}] if secured else []
-    return operation
+def build_document(app):
+    """The OpenAPI document of every flask-smorest blueprint registered on the app."""
+    api = Api(app, spec_kwargs={  # no OPENAPI_URL_PREFIX: flask-smorest adds no routes or UI
+        "title": "Intent verification service", "version": "1.0.0", "openapi_version": "3.0.3",
+        "extra_plugins": [ServiceConventions()],
+        "info": {"description": "Block reasons of verify, in check order: "
+                                + ", ".join(BLOCK_REASONS) + "."},
+    })
+    components = api.spec.components
+    components.security_scheme("ServiceKey",
+                               {"type": "apiKey", "in": "header", "name": "X-Service-Key"})
+    components.schema("PayloadValue", PAYLOAD_VALUE)
+    for name, (description, kind, required) in HEADERS.items():
+        components.header(name, {"description": description, "required": required,
+                                 "schema": {"type": kind}})
+    for name, blueprint in app.blueprints.items():
+        if isinstance(blueprint, flask_smorest.Blueprint):
+            # What Api.register_blueprint does besides registering: the app has them already.
+            blueprint.register_views_in_doc(api, app, api.spec, name=name, parameters=None)
+            api.spec.tag({"name": name, "description": blueprint.description})
+    return api.spec.to_dict()
 
 
-IDEMPOTENCY = {"name": "Idempotency-Key", "in": "header", "required": False,
-               "description": "Retries with the same key and body within 24 h replay the verdict.",
-               "schema": {"type": "string", "minLength": 1, "maxLength": 255}}
-TENANT_ID = {"name": "tenant_id", "in": "path", "required": True, "schema": {"type": "integer"}}
-COMMON = ["400", "401", "413", "429", "503"]
-
-
-def build_spec():
-    spec = APISpec(title="Intent verification service", version="1.0.0", openapi_version="3.0.3",
-                   plugins=[MarshmallowPlugin()],
-                   info={"description": "Block reasons of verify, in check order: "
-                                        + ", ".join(BLOCK_REASONS) + "."})
-    spec.components.security_scheme(
-        "ServiceKey", {"type": "apiKey", "in": "header", "name": "X-Service-Key"})
-    for name, schema in [("Error", ErrorSchema), ("Health", HealthSchema),
-                         ("GenerateRequest", GenerateSchema), ("IntentSignature", IntentSignatureSchema),
-                         ("VerifyRequest", VerifySchema), ("VerificationResult", VerificationResultSchema),
-                         ("Usage", UsageSchema), ("KeyRotation", RotateKeySchema),
-                         ("TenantCreateRequest", TenantCreateSchema),
-                         ("TenantUpdateRequest", TenantUpdateSchema), ("Tenant", TenantSchema),
-                         ("TenantCreated", TenantCreatedSchema),
-                         ("TenantList", TenantListSchema)]:
-        spec.components.schema(name, schema=schema)
-
-    spec.path("/health", operations={"get": _operation(
-        "Health of the database and the rate-limit store", None, "Health", ["503"], secured=False,
-        ok_headers=["X-Request-Id"])})
-    spec.path("/v1/intent/generate", operations={"post": _operation(
-        "Issue a single-use intent signature", "GenerateRequest", "IntentSignature",
-        COMMON + ["403", "502"])})
-    spec.path("/v1/intent/verify", operations={"post": _operation(
-        "Pass an AI response through the verification gate (200 for cleared and blocked)",
-        "VerifyRequest", "VerificationResult", COMMON + ["403", "422"],
-        parameters=[IDEMPOTENCY], ok_headers=V1_HEADERS + ["Idempotent-Replayed"])})
-    spec.path("/v1/tenant/usage", operations={"get": _operation(
-        "This month's usage against the plan", None, "Usage", COMMON + ["403"])})
-    spec.path("/v1/tenant/rotate-key", operations={"post": _operation(
-        "Issue a new key; the old one is invalid at once", None, "KeyRotation", COMMON + ["403"])})
-    spec.path("/v1/admin/tenants", operations={
-        "post": _operation("Provision a tenant (admin key)", "TenantCreateRequest", "TenantCreated",
-                           COMMON + ["403", "409"], status="201"),
-        "get": _operation("List tenants (admin key)", None, "TenantList", COMMON + ["403"], parameters=[
-            {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 200}},
-            {"name": "starting_after", "in": "query",
-             "schema": {"type": "integer", "minimum": 0, "maximum": 2**31 - 1}}])})
-    spec.path("/v1/admin/tenants/{tenant_id}", operations={
-        "get": _operation("Read a tenant (admin key)", None, "Tenant", COMMON + ["403", "404"],
-                          parameters=[TENANT_ID]),
-        "patch": _operation("Change plan, active flag or signature scheme (admin key)",
-                            "TenantUpdateRequest", "Tenant", COMMON + ["403", "404"],
-                            parameters=[TENANT_ID])})
-    document = spec.to_dict()
-    # A PATCH must change something (the schema's own rule, which marshmallow cannot export).
-    document["components"]["schemas"]["TenantUpdateRequest"]["minProperties"] = 1
-    return document
+bp = flask.Blueprint("openapi", __name__)
 
 
 @bp.get("/openapi.json")
 def openapi_document():
+    # Built on first request, not in create_app: workers and tests start without the cost.
     document = current_app.extensions.get("openapi")
     if document is None:
-        document = current_app.extensions["openapi"] = build_spec()
+        document = current_app.extensions["openapi"] = build_document(current_app)
     return document

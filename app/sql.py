@@ -1,48 +1,30 @@
-"""Dialect-aware statements: the upserts we rely on exist in PostgreSQL and SQLite alike."""
-from functools import wraps
+"""The ORM session's transactions: owned by the view or CLI command, never by a service."""
+from contextlib import contextmanager
 
-from flask import request
-from sqlalchemy.dialects.postgresql import insert as postgresql_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 
 from app.errors import Conflict
 from app.extensions import db
 
 
-def upsert_insert(model):
-    """An INSERT that supports .on_conflict_do_nothing() / .on_conflict_do_update()."""
-    if db.session.get_bind().dialect.name == "postgresql":
-        return postgresql_insert(model)
-    return sqlite_insert(model)
+@contextmanager
+def unit_of_work():
+    """One transaction of the ORM session: committed when the block ends, rolled back when it
+    raises. Views and CLI commands open it; the services they call only add and flush."""
+    try:
+        yield
+        db.session.commit()
+    except BaseException:
+        db.session.rollback()
+        raise
 
 
-def add_unique(instance, conflict_text):
-    """Insert and commit `instance`, or raise 409 `conflict_text` if a unique value is taken."""
+def insert_unique(instance, conflict_text):
+    """Add and flush `instance` (it gets its id), or raise 409 `conflict_text` if a unique value
+    is taken; the owner of the transaction then rolls it back."""
     db.session.add(instance)
     try:
-        db.session.commit()
+        db.session.flush()
     except IntegrityError:
-        db.session.rollback()
         raise Conflict(conflict_text) from None
     return instance
-
-
-def single_statement(unless_header):
-    """For a view whose database work is one self-contained statement (after read-only
-    lookups): on PostgreSQL run the request in autocommit, saving the BEGIN and COMMIT round
-    trips. A request carrying `unless_header` keeps an ordinary transaction."""
-
-    def decorator(view):
-        @wraps(view)
-        def wrapper(*args, **kwargs):
-            # A session already inside a transaction (an app context that outlives the request,
-            # as in tests) keeps it: the statement then commits with the view's commit.
-            if unless_header not in request.headers and not db.session().in_transaction() \
-                    and db.session.get_bind().dialect.name == "postgresql":
-                db.session.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
-            return view(*args, **kwargs)
-
-        return wrapper
-
-    return decorator

@@ -42,8 +42,8 @@ def main():
 
     @event.listens_for(engine, "after_cursor_execute")
     def after(conn, cursor, statement, parameters, context, executemany):
-        kind = ("db: verify statement" if statement.lstrip().startswith("WITH") else
-                "db: auth select" if "api_key_digest" in statement else
+        kind = ("db: verify statement" if "intentgate_verify" in statement or statement.lstrip().startswith("WITH") else
+                "db: auth select" if "tenant_by_key_digest" in statement else
                 "db: health select" if statement.strip() == "SELECT 1" else "db: other")
         spent[kind] += time.perf_counter() - statement_started.pop(id(cursor))
 

@@ -7,6 +7,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from app import create_app  # noqa: E402
+from app.sql import unit_of_work  # noqa: E402
 from app.tenants import service as tenant_service  # noqa: E402
 from intentgate import ScaleResponse  # noqa: E402
 
@@ -16,7 +17,7 @@ def verify_workload(count):
     for fresh intents. Returns (app, test client, headers, bodies)."""
     app = create_app({"LOG_LEVEL": "WARNING"})
     client = app.test_client()
-    with app.app_context():
+    with app.app_context(), unit_of_work():
         provisioned = tenant_service.create_tenant(f"bench-{time.time_ns()}@example.com",
                                                    "enterprise")
     headers = {"X-Service-Key": provisioned.api_key}

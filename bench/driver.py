@@ -1,16 +1,18 @@
-"""Benchmark driver (started by bench/run, which sets the environment and migrates the database).
+"""Benchmark driver (started by bench/run, which sets the environment, creates both databases,
+migrates the service's and creates the reference's table).
 
-Runs gunicorn against PostgreSQL and Redis and drives it with wrk: /health (the baseline),
-generate (embedded context deriver), verify cleared and verify blocked, at several
-concurrencies, each the median of several runs; then verify with 10,000 and with 1,000,000
-intents stored; then the workers' peak RSS. Writes bench/results/results.json and a chart.
+Serves the service (`wsgi:app`) and the reference app (bench/reference.py) side by side, each
+under gunicorn with deploy/gunicorn.conf.py and the same settings, and drives every scenario of
+bench/scenarios.py with wrk. Rounds are interleaved (round 1 runs every scenario once, then
+round 2, ...), so drift on the machine hits all scenarios alike; each figure is the median over
+rounds. Per run it also takes the CPU used by the target's gunicorn processes, by PostgreSQL and
+by Redis (bench/cpu.py), per request served. Then verify with 10^4 and with 10^6 intents stored,
+and the workers' peak RSS. Prints a Markdown table; writes bench/results/results.json and
+bench/results/throughput.png.
 """
 import argparse
 import json
 import os
-import re
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -19,286 +21,169 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT))  # for `app`; bench/ itself is on sys.path as the script's folder
 
-from sqlalchemy import insert, text  # noqa: E402
-
-from app import create_app  # noqa: E402
-from app.extensions import db  # noqa: E402
-from app.intents.models import Intent  # noqa: E402
-from app.intents.service import new_intent_hash  # noqa: E402
-from app.tenants import service as tenant_service  # noqa: E402
-from intentgate import ScaleResponse  # noqa: E402
-
-GENERATE_BODY = json.dumps({"user_token": "eyJhbGciOiJub25lIn0.eyJ0YWdzIjpbImNhcnQiXX0.c2ln"})
+import cpu  # noqa: E402
+import load  # noqa: E402
+import report  # noqa: E402
+from scenarios import BASELINE, SCENARIOS  # noqa: E402
+from servers import Server  # noqa: E402
+from workload import Workload  # noqa: E402
+FIRST_RATE_GUESS = 3000  # req/s, to size single-use bodies before a scenario has been measured
+GROWTH_SIZES = (("10k", 10_000), ("1m", 1_000_000))  # intents stored: the first, then the second
 
 
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+class Runner:
+    def __init__(self, servers, workload):
+        self.servers, self.workload = servers, workload
+        self.fastest = {}  # scenario name -> highest req/s measured so far
 
-
-class Bench:
-    def __init__(self, args):
-        self.args = args
-        self.app = create_app()
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        with self.app.app_context():
-            provisioned = tenant_service.create_tenant("bench@example.com", "enterprise")
-            self.api_key, self.secret = provisioned.api_key, provisioned.signing_secret
-            self.owner = f"tenant:{provisioned.tenant.id}"
-        self.verify_rate_guess = 3000
-
-    # -- server --------------------------------------------------------------------------------
-
-    def start(self):
-        env = {**os.environ, "GUNICORN_BIND": f"127.0.0.1:{self.port}",
-               "GUNICORN_WORKERS": str(self.args.workers), "LOG_LEVEL": "INFO",
-               # no worker recycling mid-measurement (a restart would show up as latency)
-               "GUNICORN_MAX_REQUESTS": "0"}
-        self.log = open(RESULTS / "gunicorn.log", "wb")
-        self.server = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "-c", "deploy/gunicorn.conf.py", "wsgi:app"],
-            cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT)
-        for _ in range(300):
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                    break
-            except OSError:
-                time.sleep(0.1)
-        time.sleep(2)  # let every worker finish booting
-
-    def worker_peak_rss_mb(self):
-        children = subprocess.run(["pgrep", "-P", str(self.server.pid)], capture_output=True,
-                                  text=True).stdout.split()
-        peaks = {}
-        for pid in children:
-            status = Path(f"/proc/{pid}/status").read_text()
-            peaks[pid] = int(re.search(r"VmHWM:\s+(\d+) kB", status).group(1)) / 1024
-        return peaks
-
-    def stop(self):
-        self.server.send_signal(signal.SIGTERM)
-        self.server.wait(60)
-        self.log.close()
-
-    # -- data ----------------------------------------------------------------------------------
-
-    def insert_intents(self, count):
-        """Insert `count` fresh intents for the bench tenant; return their hashes."""
-        now = int(time.time())
-        hashes = [new_intent_hash(self.owner) for _ in range(count)]
-        with self.app.app_context():
-            for start in range(0, count, 10_000):
-                db.session.execute(insert(Intent), [
-                    {"intent_hash": value, "owner": self.owner, "intent_class": "commerce",
-                     "issued_at": now - 5, "expires_at": now + 86400}
-                    for value in hashes[start:start + 10_000]])
-                db.session.commit()
-        return hashes
-
-    def fill_to(self, stored):
-        """Add other owners' intents until the table holds `stored` rows, then ANALYZE."""
-        with self.app.app_context():
-            have = db.session.execute(text("SELECT count(*) FROM intents")).scalar_one()
-            missing = max(0, stored - have)
-            if missing:
-                db.session.execute(text(
-                    "INSERT INTO intents (intent_hash, owner, intent_class, issued_at, expires_at)"
-                    " SELECT 'sha256:' || md5(g::text || 'a' || random()) || md5(g::text || 'b'),"
-                    " 'tenant:0', 'other', 0, 1 FROM generate_series(1, :n) AS g"), {"n": missing})
-                db.session.commit()
-            db.session.execute(text("ANALYZE intents"))
-            db.session.commit()
-            return db.session.execute(text("SELECT count(*) FROM intents")).scalar_one()
-
-    def cleared_count(self):
-        with self.app.app_context():
-            return db.session.execute(text("SELECT count(*) FROM seen_responses")).scalar_one()
-
-    def bodies_file(self, name, hashes):
-        path = RESULTS / f"{name}.bodies"
-        with open(path, "w") as out:
-            for intent_hash in hashes:
-                signed = ScaleResponse.sign(self.secret, intent_hash, {"answer": "benchmark"})
-                out.write(json.dumps({"original_intent_hash": intent_hash,
-                                      "response": signed.to_dict()}) + "\n")
+    def prepare(self, scenario, duration_s):
+        """Write the scenario's bodies for a run of `duration_s`; return the file (or None)."""
+        if scenario.bodies is None:
+            return None
+        rate = self.fastest.get(scenario.name, FIRST_RATE_GUESS)
+        lines = scenario.bodies(self.workload, int(rate * duration_s * 1.5) + 2000)
+        path = RESULTS / f"{scenario.name}.bodies"
+        path.write_text("\n".join(lines) + "\n")
         return path
 
-    # -- load ----------------------------------------------------------------------------------
-
-    def wrk(self, path, concurrency, bodies=None):
-        threads = min(concurrency, 2)
-        command = ["wrk", "-t", str(threads), "-c", str(concurrency), "-d", f"{self.args.duration}s",
-                   "--latency", "--timeout", "10s"]
-        env = dict(os.environ, HEADER_KEY=self.api_key, WRK_THREADS=str(threads))
-        if bodies is not None:
-            command += ["-s", str(ROOT / "bench" / "bodies.lua")]
-            env["BODIES_FILE"] = str(bodies)
-        output = subprocess.run(command + [self.url + path], capture_output=True, text=True,
-                                env=env, check=True).stdout
-        return parse_wrk(output)
-
-    def measure(self, scenario, concurrency):
-        samples = []
-        for _ in range(self.args.runs):
-            if scenario == "health":
-                result = self.wrk("/health", concurrency)
-            elif scenario == "generate":
-                result = self.wrk("/v1/intent/generate", concurrency, self.single_body("generate",
-                                                                                      GENERATE_BODY))
-            elif scenario == "verify_cleared":
-                result = self.verify_cleared(concurrency)
-            else:
-                result = self.wrk("/v1/intent/verify", concurrency, self.blocked_body)
-            samples.append(result)
-        return summarize(samples)
-
-    def verify_cleared(self, concurrency):
-        needed = int(self.verify_rate_guess * self.args.duration * 1.5) + 2000
-        bodies = self.bodies_file("verify", self.insert_intents(needed))
-        before = self.cleared_count()
-        result = self.wrk("/v1/intent/verify", concurrency, bodies)
-        result["cleared_fraction"] = (self.cleared_count() - before) / max(result["requests"], 1)
-        self.verify_rate_guess = max(self.verify_rate_guess, result["rps"])
+    def measure(self, scenario, concurrency, duration_s, bodies, learn=True):
+        server = self.servers[scenario.server]
+        self.workload.settle()
+        counting = scenario.expect_cleared is not None
+        seen_before = self.workload.seen_responses() if counting else 0
+        before = cpu.sample(server.master_pid)
+        result = load.wrk(server.url + scenario.path, concurrency, duration_s, bodies,
+                          scenario.api_key(self.workload) if bodies else None)
+        after = cpu.sample(server.master_pid)
+        result["cpu_ms_per_request"] = cpu.per_request(before, after, result["requests"])
+        if counting:
+            result["cleared_fraction"] = ((self.workload.seen_responses() - seen_before)
+                                          / max(result["requests"], 1))
+        if learn:
+            self.fastest[scenario.name] = max(self.fastest.get(scenario.name, 0), result["rps"])
         return result
 
-    def single_body(self, name, body):
-        path = RESULTS / f"{name}.bodies"
-        path.write_text(body + "\n")
-        return path
-
-    def prepare_blocked(self):
-        (intent_hash,) = self.insert_intents(1)
-        path = self.bodies_file("blocked", [intent_hash])
-        self.wrk("/v1/intent/verify", 1, path)  # consume it: every later verify is ReplayedIntent
-        self.blocked_body = path
-
-
-def parse_wrk(output):
-    def duration_ms(value):
-        number, unit = re.match(r"([\d.]+)(us|ms|s)", value).groups()
-        return float(number) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
-
-    latency = dict(re.findall(r"^\s+(50|99)%\s+(\S+)", output, re.M))
-    requests = int(re.search(r"(\d+) requests in", output).group(1))
-    non_2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", output)
-    errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", output)
-    return {
-        "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", output).group(1)),
-        "p50_ms": duration_ms(latency["50"]),
-        "p99_ms": duration_ms(latency["99"]),
-        "requests": requests,
-        "non_2xx": int(non_2xx.group(1)) if non_2xx else 0,
-        "socket_errors": sum(map(int, errors.groups())) if errors else 0,
-    }
+    def run(self, scenario, concurrency, duration_s, learn=True):
+        bodies = self.prepare(scenario, duration_s)
+        return self.measure(scenario, concurrency, duration_s, bodies, learn)
 
 
 def summarize(samples):
     summary = {key: statistics.median(sample[key] for sample in samples)
                for key in ("rps", "p50_ms", "p99_ms")}
+    summary["cpu_ms_per_request"] = {
+        kind: statistics.median(sample["cpu_ms_per_request"][kind] for sample in samples)
+        for kind in samples[0]["cpu_ms_per_request"]}
     summary["runs"] = samples
     return summary
 
 
-def chart(results, concurrencies, path):
-    import matplotlib
+def interleaved_rounds(runner, args, concurrencies):
+    """Every scenario at every concurrency once per round; medians over rounds."""
+    samples = {c: {s.name: [] for s in SCENARIOS} for c in concurrencies}
+    if args.warmup:
+        for scenario in SCENARIOS:  # connections, imports and caches, not measured
+            runner.run(scenario, max(concurrencies), args.warmup, learn=False)
+    for round_number in range(1, args.runs + 1):
+        for concurrency in concurrencies:
+            for scenario in SCENARIOS:
+                result = runner.run(scenario, concurrency, args.duration)
+                samples[concurrency][scenario.name].append(result)
+                print(f"round {round_number} c={concurrency:<3} {scenario.name:16} "
+                      f"{result['rps']:8.0f} req/s  p99 {result['p99_ms']:6.1f} ms", flush=True)
+    table = {}
+    for concurrency, by_name in samples.items():
+        rows = {name: summarize(runs) for name, runs in by_name.items()}
+        for scenario in SCENARIOS:
+            row, baseline = rows[scenario.name], rows[BASELINE]
+            row.update(label=scenario.label, server=scenario.server,
+                       expect_cleared=scenario.expect_cleared,
+                       x_baseline=row["rps"] / baseline["rps"],
+                       p99_x_baseline=row["p99_ms"] / baseline["p99_ms"])
+        table[str(concurrency)] = rows
+    return table
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for scenario, by_concurrency in results["matrix"].items():
-        rps = [by_concurrency[str(c)]["rps"] for c in concurrencies]
-        p99 = [by_concurrency[str(c)]["p99_ms"] for c in concurrencies]
-        left.plot(concurrencies, rps, marker="o", label=scenario)
-        right.plot(concurrencies, p99, marker="o", label=scenario)
-    for axis, label in ((left, "requests per second (median)"), (right, "p99 latency, ms (median)")):
-        axis.set_xscale("log", base=2)
-        axis.set_xlabel("concurrent connections")
-        axis.set_ylabel(label)
-        axis.grid(True, alpha=0.3)
-        axis.legend()
-    right.axhline(20, color="grey", linestyle="--", linewidth=1)
-    figure.suptitle(f"intentgate on gunicorn ({results['workers']} workers), PostgreSQL, Redis")
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
+def growth(runner, workload, args):
+    """verify (cleared) with about 10^4 and then 10^6 intents stored, `runs` runs each (the
+    small table holds at least one run's fresh intents, so it may be larger than 10^4)."""
+    verify = next(s for s in SCENARIOS if s.name == "verify_cleared")
+    results = {}
+    (small, _), (large, _) = GROWTH_SIZES
+    for label, target in GROWTH_SIZES:
+        samples = []
+        for _ in range(args.runs):
+            if label == small:
+                workload.empty_intents()  # the earlier rounds' intents would count otherwise
+            bodies = runner.prepare(verify, args.duration)
+            stored = workload.fill_to(target)
+            result = runner.measure(verify, args.growth_concurrency, args.duration, bodies)
+            samples.append({**result, "stored": stored})
+        results[label] = {**summarize(samples),
+                          "stored": statistics.median(s["stored"] for s in samples)}
+    results[f"ratio_{large}_to_{small}"] = results[large]["rps"] / results[small]["rps"]
+    return results
+
+
+def about_this_run(args, concurrencies):
+    def git(*command):
+        return subprocess.run(["git", *command], cwd=ROOT, capture_output=True,
+                              text=True).stdout.strip()
+
+    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain")),
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "cpus": os.cpu_count(),
+            "load_average_at_start": os.getloadavg(), "workers": args.workers,
+            "duration_s": args.duration, "runs": args.runs, "concurrencies": concurrencies,
+            "baseline": BASELINE}
 
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--duration", type=int, default=4)
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--concurrency", default="1,2,4,8,16,32")
-    parser.add_argument("--workers", type=int, default=2 * os.cpu_count() + 1)
+    parser.add_argument("--duration", type=int, default=8, help="seconds per wrk run")
+    parser.add_argument("--runs", type=int, default=3, help="interleaved rounds (median)")
+    parser.add_argument("--concurrency", default="8", help="comma-separated wrk connections")
+    parser.add_argument("--workers", type=int, default=5, help="gunicorn workers, both apps")
+    parser.add_argument("--warmup", type=int, default=1, help="seconds per scenario, 0: none")
     parser.add_argument("--growth-concurrency", type=int, default=8)
     parser.add_argument("--skip-growth", action="store_true")
     args = parser.parse_args()
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     RESULTS.mkdir(parents=True, exist_ok=True)
+    results = {"run": about_this_run(args, concurrencies)}
 
-    bench = Bench(args)
-    bench.start()
-    results = {"workers": args.workers, "duration_s": args.duration, "runs": args.runs,
-               "matrix": {}, "growth": {}}
+    service = Server("service", "wsgi:app", "/health", args.workers,
+                     RESULTS / "gunicorn-service.log", {"LOG_LEVEL": "INFO"})
+    # The reference builds no connection in the master, and the config's preload hook is the
+    # service's (it disposes app.extensions.db), so the reference never preloads.
+    reference = Server("reference", "bench.reference:app", "/json", args.workers,
+                       RESULTS / "gunicorn-reference.log", {"GUNICORN_PRELOAD": "false"})
+    servers = {"service": service, "reference": reference}
     try:
-        bench.prepare_blocked()
+        for server in servers.values():
+            server.start()
+        for server in servers.values():
+            server.wait_ready()
+        workload = Workload(service.url)
+        runner = Runner(servers, workload)
+        results["scenarios"] = interleaved_rounds(runner, args, concurrencies)
         if not args.skip_growth:
-            stored = bench.fill_to(10_000)
-            results["growth"]["10k"] = {"stored": stored, **bench.measure("verify_cleared",
-                                                                         args.growth_concurrency)}
-        for scenario in ("health", "generate", "verify_cleared", "verify_blocked"):
-            results["matrix"][scenario] = {}
-            for concurrency in concurrencies:
-                results["matrix"][scenario][str(concurrency)] = bench.measure(scenario, concurrency)
-                print(f"{scenario:15} c={concurrency:<3} "
-                      f"{results['matrix'][scenario][str(concurrency)]['rps']:8.0f} rps", flush=True)
-        if not args.skip_growth:
-            stored = bench.fill_to(1_000_000)
-            results["growth"]["1m"] = {"stored": stored, **bench.measure("verify_cleared",
-                                                                        args.growth_concurrency)}
-            results["growth"]["ratio_1m_to_10k"] = (results["growth"]["1m"]["rps"]
-                                                    / results["growth"]["10k"]["rps"])
-        results["worker_peak_rss_mb"] = bench.worker_peak_rss_mb()
+            results["growth"] = growth(runner, workload, args)
+        results["worker_peak_rss_mb"] = {name: server.worker_peak_rss_mb()
+                                         for name, server in servers.items()}
     finally:
-        bench.stop()
+        for server in servers.values():
+            server.stop()
+        for bodies in RESULTS.glob("*.bodies"):
+            bodies.unlink()
+    results["run"]["load_average_at_end"] = os.getloadavg()
 
-    report(results, concurrencies)
+    print()
+    report.print_markdown(results)
     (RESULTS / "results.json").write_text(json.dumps(results, indent=2))
-    chart(results, concurrencies, RESULTS / "throughput.png")
-    for bodies in RESULTS.glob("*.bodies"):
-        bodies.unlink()
+    report.chart(results, RESULTS / "throughput.png")
     print(f"\nwrote {RESULTS / 'results.json'} and {RESULTS / 'throughput.png'}")
-
-
-def report(results, concurrencies):
-    matrix = results["matrix"]
-    print(f"\n{'scenario':15} {'conc':>4} {'rps':>8} {'x health':>9} {'p50 ms':>8} {'p99 ms':>8}")
-    for scenario, by_concurrency in matrix.items():
-        for concurrency in concurrencies:
-            row = by_concurrency[str(concurrency)]
-            ratio = row["rps"] / matrix["health"][str(concurrency)]["rps"]
-            print(f"{scenario:15} {concurrency:>4} {row['rps']:8.0f} {ratio:9.2f} "
-                  f"{row['p50_ms']:8.2f} {row['p99_ms']:8.2f}")
-    peak = max(concurrencies, key=lambda c: matrix["verify_cleared"][str(c)]["rps"])
-    verify, health = matrix["verify_cleared"][str(peak)], matrix["health"][str(peak)]
-    results["peak"] = {"concurrency": peak, "verify_rps": verify["rps"],
-                       "verify_p99_ms": verify["p99_ms"],
-                       "verify_to_health": verify["rps"] / health["rps"]}
-    print(f"\nverify (cleared) peaks at c={peak}: {verify['rps']:.0f} rps = "
-          f"{verify['rps'] / health['rps']:.2f}x /health, p99 {verify['p99_ms']:.2f} ms")
-    cleared = [run.get("cleared_fraction", 1) for c in concurrencies
-               for run in matrix["verify_cleared"][str(c)]["runs"]]
-    print(f"verify (cleared) runs: at least {min(cleared):.1%} of requests cleared")
-    if results["growth"]:
-        growth = results["growth"]
-        print(f"growth: verify at {growth['10k']['stored']:,} stored intents "
-              f"{growth['10k']['rps']:.0f} rps, at {growth['1m']['stored']:,} "
-              f"{growth['1m']['rps']:.0f} rps: ratio {growth['ratio_1m_to_10k']:.2f}")
-    rss = results["worker_peak_rss_mb"]
-    print("worker peak RSS (MiB): " + ", ".join(f"{value:.0f}" for value in rss.values()))
 
 
 if __name__ == "__main__":

@@ -1,31 +1,133 @@
 """gunicorn settings: gunicorn -c deploy/gunicorn.conf.py wsgi:app
 
 Every value can be overridden from the environment (GUNICORN_*, TLS_*, METRICS_*), so one file
-serves the embedded single-host setup, the test suite and production.
+serves the embedded single-host setup, the test suite and production. Sync workers are held by a
+slow client for as long as it takes to send its request: gunicorn faces the network only through
+a buffering proxy (deploy/nginx.conf; see deploy/README.md).
 """
-import multiprocessing
+import math
 import os
 import shutil
 import ssl
 import tempfile
+from pathlib import Path
+
+import gunicorn.http.wsgi
+
+# Prometheus in multiprocess mode: each worker writes its samples to a shared directory that
+# /metrics aggregates. prometheus_client reads this when it is first imported, which the settings
+# check below does (in the master, so the workers inherit it).
+if os.environ.get("METRICS_ENABLED", "false").lower() == "true":
+    os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR",
+                          tempfile.mkdtemp(prefix="intentgate-metrics-"))
+
+from app import config as app_settings  # noqa: E402 (after PROMETHEUS_MULTIPROC_DIR)
+from app.context_store import taxonomy  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+PROC_SELF_CGROUP = Path("/proc/self/cgroup")
 
 
-def _env_int(name, default):
-    return int(os.environ.get(name, default))
+def check_app_settings():
+    """Make the checks create_app makes, once in the master, so that a bad setting stops gunicorn
+    with one line before any worker starts (a worker would log a traceback and be respawned)."""
+    settings = app_settings.from_environment(str(ROOT / "instance"))
+    app_settings.validate(settings)
+    taxonomy.load(settings["TAXONOMY_PATH"])
 
+
+def _env_int(name, default, minimum=1):
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise app_settings.ConfigError(f"{name} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise app_settings.ConfigError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def _ancestors(base, path):
+    """`base/path` and each of its parents up to `base`, those that exist (nearest first)."""
+    directory = base / path.strip("/")
+    while True:
+        if directory.is_dir():
+            yield directory
+        if directory == base:
+            return
+        directory = directory.parent
+
+
+def _read(path):
+    try:
+        return path.read_text().split()
+    except OSError:
+        return None
+
+
+def _v2_quota(directory):
+    fields = _read(directory / "cpu.max")  # "max 100000" or "150000 100000"
+    if not fields or fields[0] == "max":
+        return None
+    return int(fields[0]) / int(fields[1])
+
+
+def _v1_quota(directory):
+    quota, period = _read(directory / "cpu.cfs_quota_us"), _read(directory / "cpu.cfs_period_us")
+    if not quota or not period or int(quota[0]) <= 0:
+        return None  # -1: no quota
+    return int(quota[0]) / int(period[0])
+
+
+def cgroup_cpu_quota(cgroup_root=CGROUP_ROOT, proc_self_cgroup=PROC_SELF_CGROUP):
+    """The tightest CPU quota (in CPUs, may be fractional) on this process's cgroup and its
+    parents, cgroup v2 or v1, or None when there is none. A container's `--cpus` lands here;
+    os.cpu_count() still reports every core of the host."""
+    quotas = []
+    try:
+        lines = Path(proc_self_cgroup).read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":  # cgroup v2 (unified)
+            quotas += [_v2_quota(d) for d in _ancestors(Path(cgroup_root), path)]
+        elif "cpu" in controllers.split(","):
+            # v1: the controller is mounted as cpu, cpuacct or cpu,cpuacct; inside a container
+            # the mount is the container's own cgroup, so the host path may not exist below it.
+            for mount in {controllers, "cpu", "cpu,cpuacct"}:
+                quotas += [_v1_quota(d) for d in _ancestors(Path(cgroup_root) / mount, path)]
+    quotas = [quota for quota in quotas if quota is not None]
+    return min(quotas, default=None)
+
+
+def available_cpus(online=None, cgroup_root=CGROUP_ROOT, proc_self_cgroup=PROC_SELF_CGROUP):
+    """CPUs this process may use: its affinity mask (a cpuset), capped by a cgroup CPU quota."""
+    cpus = len(os.sched_getaffinity(0)) if online is None else online
+    quota = cgroup_cpu_quota(cgroup_root, proc_self_cgroup)
+    if quota is not None:
+        cpus = min(cpus, max(1, math.ceil(quota)))
+    return cpus
+
+
+with app_settings.exit_on_config_error():
+    check_app_settings()
+    workers = _env_int("GUNICORN_WORKERS", 2 * available_cpus() + 1)
+    threads = _env_int("GUNICORN_THREADS", 1)
+    # Above the 30 s request budget (5 s connect + read timeout to the context store), so a slow
+    # context store produces a 502 from our code rather than a worker killed mid-request.
+    timeout = _env_int("GUNICORN_TIMEOUT", 40)
+    # On SIGTERM: listeners close at once, in-flight requests get this long to finish, exit 0.
+    graceful_timeout = _env_int("GUNICORN_GRACEFUL_TIMEOUT", 30)
+    max_requests = _env_int("GUNICORN_MAX_REQUESTS", 2000, minimum=0)
+    max_requests_jitter = _env_int("GUNICORN_MAX_REQUESTS_JITTER", 200, minimum=0)
 
 bind = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000").split(",")
-workers = _env_int("GUNICORN_WORKERS", 2 * multiprocessing.cpu_count() + 1)
-threads = _env_int("GUNICORN_THREADS", 1)
 worker_class = "gthread" if threads > 1 else "sync"
-# Above the 30 s request budget (5 s connect + read timeout to the context store), so a slow
-# context store produces a 502 from our code rather than a worker killed mid-request.
-timeout = _env_int("GUNICORN_TIMEOUT", 40)
-# On SIGTERM: listeners close at once, in-flight requests get this long to finish, exit 0.
-graceful_timeout = _env_int("GUNICORN_GRACEFUL_TIMEOUT", 30)
 keepalive = 5
-max_requests = _env_int("GUNICORN_MAX_REQUESTS", 2000)
-max_requests_jitter = _env_int("GUNICORN_MAX_REQUESTS_JITTER", 200)
 preload_app = os.environ.get("GUNICORN_PRELOAD", "false").lower() == "true"
 control_socket_disable = True
 errorlog = "-"
@@ -38,21 +140,34 @@ access_log_format = (
     '"duration_us": %(D)s, "request_id": "%({x-request-id}o)s"}'
 )
 
-# TLS terminated by gunicorn itself: TLS 1.3 only.
+# Forwarded headers are the app's business alone (TRUSTED_PROXY_HOPS, Werkzeug's ProxyFix).
+# gunicorn would let any peer in forwarded_allow_ips (127.0.0.1 by default, or the
+# FORWARDED_ALLOW_IPS variable) turn plain HTTP into HTTPS with X-Forwarded-Proto and friends
+# (secure_scheme_headers) and set SCRIPT_NAME or PATH_INFO (forwarder_headers), and it trusts
+# Unix-socket peers whatever that list says: so trust no peer and honour no such header.
+forwarded_allow_ips = ""
+secure_scheme_headers = {}
+forwarder_headers = ""
+# The PROXY protocol would let a peer choose the client address: off, and no peer allowed.
+proxy_protocol = "off"
+proxy_allow_ips = ""
+
+# TLS 1.3 only, when gunicorn terminates TLS itself: for the hop from the proxy in front of it
+# (deploy/README.md); it is not a way to face clients without one.
 certfile = os.environ.get("TLS_CERTFILE") or None
 keyfile = os.environ.get("TLS_KEYFILE") or None
+
+
+# No server software or version in `Server` (CONTRACT.md, Wire format). gunicorn names itself
+# in every response it writes and has no setting for it; its Response reads this module global
+# when each response is made, and the workers fork after this file is read.
+gunicorn.http.wsgi.SERVER = "intentgate"
 
 
 def ssl_context(conf, default_ssl_context_factory):
     context = default_ssl_context_factory()
     context.minimum_version = ssl.TLSVersion.TLSv1_3
     return context
-
-
-# Prometheus in multiprocess mode: each worker writes its samples to a shared directory that
-# /metrics aggregates. Set before any worker imports prometheus_client.
-if os.environ.get("METRICS_ENABLED", "false").lower() == "true":
-    os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="intentgate-metrics-"))
 
 
 def on_starting(server):

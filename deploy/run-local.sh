@@ -1,41 +1,109 @@
 #!/usr/bin/env bash
 # Run the service on the embedded defaults (SQLite under instance/, no Redis, built-in context
 # deriver) at http://127.0.0.1:8000, with a demo tenant whose fresh credentials are printed.
+# GUNICORN_BIND picks another address; SERVICE_LOG the log file (instance/service.log).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 export FLASK_APP=wsgi
-"$VENV/bin/flask" db upgrade 2>/dev/null
+export GUNICORN_BIND=${GUNICORN_BIND:-127.0.0.1:8000}
+SERVICE_LOG=${SERVICE_LOG:-instance/service.log}
+
+fail() {
+  echo "deploy/run-local.sh: $*" >&2
+  exit 1
+}
+
+# The line of a failed command's stderr that says why: the final exception of a traceback, a
+# one-line configuration error, or else the last line.
+reason() {
+  local text
+  text=$(cat)
+  printf '%s\n' "$text" | grep -E '^([A-Za-z_][A-Za-z0-9_.]*|Configuration error): ' | tail -n 1 \
+    | grep . || printf '%s\n' "$text" | tail -n 1
+}
+
+[ -x "$VENV/bin/flask" ] || fail "no virtualenv at $VENV: run the README's install command first"
+
+# The address must be free before anything else happens: otherwise the demo would run against
+# whatever already answers there.
+"$VENV/bin/python" - "$GUNICORN_BIND" <<'PY' || exit 1
+import socket, sys
+
+for address in sys.argv[1].split(","):
+    if address.startswith(("unix:", "fd://")):
+        continue
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]") or "0.0.0.0"
+    if not port.isdigit():
+        sys.exit(f"deploy/run-local.sh: GUNICORN_BIND={address} is not HOST:PORT")
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, int(port)))
+        except OSError as error:
+            sys.exit(f"deploy/run-local.sh: port {port} on {host} is not free ({error.strerror}); "
+                     f"choose another with GUNICORN_BIND, e.g. GUNICORN_BIND={host}:{int(port) + 1}")
+PY
+
+errors=$(mktemp)
+server=
+# However the script ends (Ctrl-C, SIGTERM, a failed step), it stops the gunicorn it started.
+cleanup() {
+  rm -f "$errors"
+  if [ -n "$server" ]; then
+    kill -TERM "$server" 2>/dev/null || true
+    wait "$server" 2>/dev/null || true
+  fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+# Run a flask command, its chatter hidden; when it fails, say which and why.
+flask_quiet() {
+  if ! "$VENV/bin/flask" "$@" 2>"$errors"; then
+    fail "'flask $*' failed: $(reason <"$errors")"
+  fi
+}
+
+flask_quiet db upgrade >/dev/null
 DEMO_EMAIL=demo@example.com
 if "$VENV/bin/flask" tenants show "$DEMO_EMAIL" >/dev/null 2>&1; then
   # Keys are stored only as digests, so a restart issues fresh demo credentials.
-  api_key=$("$VENV/bin/flask" tenants rotate-key "$DEMO_EMAIL" 2>/dev/null)
-  signing_secret=$("$VENV/bin/flask" tenants rotate-signing-secret "$DEMO_EMAIL" 2>/dev/null)
+  api_key=$(flask_quiet tenants rotate-key "$DEMO_EMAIL")
+  signing_secret=$(flask_quiet tenants rotate-signing-secret "$DEMO_EMAIL")
 else
-  created=$("$VENV/bin/flask" tenants create --email "$DEMO_EMAIL" --plan pro --json 2>/dev/null)
+  created=$(flask_quiet tenants create --email "$DEMO_EMAIL" --plan pro --json)
   api_key=$(printf '%s' "$created" | "$VENV/bin/python" -c 'import json,sys; print(json.load(sys.stdin)["api_key"])')
   signing_secret=$(printf '%s' "$created" | "$VENV/bin/python" -c 'import json,sys; print(json.load(sys.stdin)["signing_secret"])')
 fi
-# One worker with threads: the embedded setup keeps the per-address limit in process memory.
-export GUNICORN_WORKERS=${GUNICORN_WORKERS:-1} GUNICORN_THREADS=${GUNICORN_THREADS:-4}
-export GUNICORN_BIND=${GUNICORN_BIND:-127.0.0.1:8000}
-BASE_URL="http://$GUNICORN_BIND"
-"$VENV/bin/gunicorn" -c deploy/gunicorn.conf.py wsgi:app 2>>instance/service.log &
+# Two workers with threads: every limit lives in the SQLite file, shared by all of them.
+export GUNICORN_WORKERS=${GUNICORN_WORKERS:-2} GUNICORN_THREADS=${GUNICORN_THREADS:-4}
+BASE_URL="http://${GUNICORN_BIND%%,*}"
+mkdir -p "$(dirname "$SERVICE_LOG")"
+"$VENV/bin/gunicorn" -c deploy/gunicorn.conf.py wsgi:app 2>>"$SERVICE_LOG" &
 server=$!
-trap 'kill -TERM $server 2>/dev/null; wait $server' INT TERM
-"$VENV/bin/python" - "$BASE_URL/health" <<'PY'
-import sys, time, urllib.request
-for _ in range(200):
+# Wait for our own gunicorn: if it stops (the port was taken meanwhile), say so, run nothing.
+"$VENV/bin/python" - "$BASE_URL/health" "$server" "$SERVICE_LOG" <<'PY' || exit 1
+import os, sys, time, urllib.request
+
+url, pid, log = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+for _ in range(300):
     try:
-        urllib.request.urlopen(sys.argv[1], timeout=1)
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        sys.exit(f"deploy/run-local.sh: gunicorn stopped before it served; see {log}")
+    try:
+        urllib.request.urlopen(url, timeout=1)
         break
     except OSError:
         time.sleep(0.1)
+else:
+    sys.exit(f"deploy/run-local.sh: gunicorn did not answer {url} within 30 s; see {log}")
 PY
 
 cat <<MSG
 
-  Intent verification service on $BASE_URL (embedded defaults; log: instance/service.log)
+  Intent verification service on $BASE_URL (embedded defaults; log: $SERVICE_LOG)
   Demo tenant:     $DEMO_EMAIL (plan pro)
   API key:         $api_key
   Signing secret:  $signing_secret

@@ -95,14 +95,24 @@ def run_migrations_online():
     connectable = get_engine()
 
     with connectable.connect() as connection:
-        context.configure(
-            connection=connection,
-            target_metadata=get_metadata(),
-            **conf_args
-        )
+        # SQLite's batch migrations copy a table and drop the old one: with foreign keys on,
+        # that DROP would cascade into every child row (usage, keys). The pragma only takes
+        # effect outside a transaction, so it goes to the driver's connection directly.
+        sqlite = connection.dialect.name == "sqlite"
+        if sqlite:
+            connection.connection.driver_connection.execute("PRAGMA foreign_keys=OFF")
+        try:
+            context.configure(
+                connection=connection,
+                target_metadata=get_metadata(),
+                **conf_args
+            )
 
-        with context.begin_transaction():
-            context.run_migrations()
+            with context.begin_transaction():
+                context.run_migrations()
+        finally:
+            if sqlite:
+                connection.connection.driver_connection.execute("PRAGMA foreign_keys=ON")
 
 
 if context.is_offline_mode():

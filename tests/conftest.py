@@ -12,8 +12,10 @@ from sqlalchemy import create_engine, text
 
 from app import create_app
 from app.config import normalize_database_url
-from app.extensions import db, limiter
+from app.extensions import db
+from app.sql import unit_of_work
 from app.tenants import service as tenant_service
+from tests.scale_out import Hosts, PgBouncer, RedisClusterProcesses
 from tests.servers import ROOT, GunicornServer
 from tests.leaks import LeakWatch
 from tests.support import Credentials, dump_database
@@ -21,6 +23,11 @@ from tests.support import Credentials, dump_database
 ENCRYPTION_KEY = Fernet.generate_key().decode()
 TEST_DATABASE_URL = os.environ.get("TEST_DATABASE_URL")
 TEST_REDIS_URL = os.environ.get("TEST_REDIS_URL")
+# The scaled-out run of the multi-process tests (.ci/run): the service reaches PostgreSQL
+# through PgBouncer, keeps its buckets in a Redis Cluster, and runs as TEST_HOSTS hosts.
+TEST_PGBOUNCER = os.environ.get("TEST_PGBOUNCER") == "1"
+TEST_REDIS_CLUSTER = os.environ.get("TEST_REDIS_CLUSTER") == "1"
+TEST_HOSTS = int(os.environ.get("TEST_HOSTS", "1"))
 
 
 @pytest.fixture(scope="session")
@@ -70,25 +77,23 @@ def leak_watch():
 
 @pytest.fixture
 def app(settings, migrated, leak_watch):
+    """The app, with no context pushed: each request gets its own, as in production. Setup
+    and checks that read the database push one for themselves (`with app.app_context()`)."""
     app = create_app(settings)
     leak_watch.watch(app)
+    yield app
     with app.app_context():
-        yield app
-        db.session.remove()
         leaked = leak_watch.leaks_in(dump_database()), leak_watch.leaks_in(
             leak_watch.buffer.getvalue())
         _clean_database()
     leak_watch.close()
     assert leaked == ([], []), f"secrets found in (database, logs): {leaked}"
+    assert leak_watch.response_leaks == [], "private key material in a response"
     if TEST_REDIS_URL:
         client = redis.Redis.from_url(TEST_REDIS_URL)
         for pattern in ("intentgate:*", "LIMITS:*"):
             for key in client.scan_iter(pattern):
                 client.delete(key)
-    try:
-        limiter.reset()
-    except redis.ConnectionError:
-        pass  # the Redis outage tests leave the shared limiter bound to a Redis they stopped
 
 
 def _clean_database():
@@ -113,14 +118,16 @@ def runner(app):
 
 def _provision(plan="free", email=None):
     email = email or f"tenant{os.urandom(4).hex()}@example.com"
-    provisioned = tenant_service.create_tenant(email, plan)
+    with unit_of_work():
+        provisioned = tenant_service.create_tenant(email, plan)
     return Credentials(provisioned.tenant.id, email, provisioned.api_key, provisioned.signing_secret)
 
 
 @pytest.fixture
 def make_tenant(app, leak_watch):
     def make(plan="free", email=None):
-        credentials = _provision(plan, email)
+        with app.app_context():
+            credentials = _provision(plan, email)
         leak_watch.add(credentials.api_key, credentials.signing_secret)
         return credentials
 
@@ -132,22 +139,50 @@ def tenant(make_tenant):
     return make_tenant("starter")
 
 
+@pytest.fixture(scope="session")
+def pgbouncer():
+    """PgBouncer (transaction pooling) in front of the test database, for the whole run."""
+    bouncer = PgBouncer(TEST_DATABASE_URL).start()
+    yield bouncer
+    bouncer.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory):
+    """A local three-master Redis Cluster, for the whole run."""
+    cluster = RedisClusterProcesses(tmp_path_factory.mktemp("redis-cluster")).start()
+    yield cluster
+    cluster.stop()
+
+
 @pytest.fixture
-def gunicorn(tmp_path, base_settings, migrated, leak_watch):
-    """Start gunicorn on the test database (PostgreSQL): gunicorn(workers=4, **environment)."""
+def gunicorn(request, tmp_path, base_settings, migrated, leak_watch):
+    """Start gunicorn on the test database (PostgreSQL): gunicorn(workers=4, **environment).
+    Migrations ran directly against PostgreSQL (`migrated`); the service itself goes through
+    PgBouncer when TEST_PGBOUNCER=1, and runs as TEST_HOSTS instances answering in turn."""
     if not TEST_DATABASE_URL:
         pytest.skip("multi-process tests need PostgreSQL: set TEST_DATABASE_URL "
                     "(SQLite is the single-host embedded default)")
+    service = {"DATABASE_URL": TEST_DATABASE_URL, "SECRET_ENCRYPTION_KEY": ENCRYPTION_KEY}
+    if TEST_PGBOUNCER:
+        service["DATABASE_URL"] = request.getfixturevalue("pgbouncer").url
+    if TEST_REDIS_CLUSTER:
+        cluster = request.getfixturevalue("redis_cluster")
+        cluster.flush()  # the failed-authentication buckets of earlier tests
+        service["REDIS_URL"] = cluster.url
+    elif TEST_REDIS_URL:
+        service["REDIS_URL"] = TEST_REDIS_URL
     servers = []
 
     def start(workers=4, threads=1, **environment):
-        env = {"DATABASE_URL": TEST_DATABASE_URL, "SECRET_ENCRYPTION_KEY": ENCRYPTION_KEY}
-        if TEST_REDIS_URL:
-            env["REDIS_URL"] = TEST_REDIS_URL
-        env.update({key: str(value) for key, value in environment.items()})
-        server = GunicornServer(tmp_path / f"gunicorn-{len(servers)}.log", env, workers, threads)
-        servers.append(server)
-        return server.start()
+        env = {**service, **{key: str(value) for key, value in environment.items()}}
+        hosts = []
+        for _ in range(TEST_HOSTS):
+            server = GunicornServer(tmp_path / f"gunicorn-{len(servers)}.log", env, workers,
+                                    threads)
+            servers.append(server)
+            hosts.append(server.start())
+        return hosts[0] if TEST_HOSTS == 1 else Hosts(hosts)
 
     yield start
     _stop_and_check(servers, leak_watch)
@@ -195,4 +230,10 @@ def pytest_report_header(config):
         "SQLite; PostgreSQL and multi-process tests skip (set TEST_DATABASE_URL)")
     store = "Redis (TEST_REDIS_URL)" if TEST_REDIS_URL else (
         "database token bucket; Redis tests skip (set TEST_REDIS_URL)")
-    return [f"database: {database}", f"rate-limit store: {store}"]
+    scaled = [name for name, on in (("through PgBouncer", TEST_PGBOUNCER),
+                                    ("on a Redis Cluster", TEST_REDIS_CLUSTER),
+                                    (f"as {TEST_HOSTS} hosts", TEST_HOSTS > 1)) if on]
+    lines = [f"database: {database}", f"rate-limit store: {store}"]
+    if scaled:
+        lines.append("gunicorn fixture: " + ", ".join(scaled))
+    return lines

@@ -1,5 +1,9 @@
 """Watch every test for secrets at rest: collect each user token, API key and signing secret
-that crosses the app, then check the database dump and the log output contain none of them."""
+that crosses the app, and any private key material sent in place of a public key; then check
+the database dump and the log output contain none of them, and no response echoes private key
+material."""
+import base64
+import binascii
 import io
 import logging
 
@@ -7,6 +11,21 @@ from flask import request_finished, request_started
 from pythonjsonlogger.json import JsonFormatter
 
 SECRET_FIELDS = ("api_key", "signing_secret", "new_key")
+PRIVATE_KEY_MARKER = "PRIVATE KEY-----"
+
+
+def private_key_material(value):
+    """The pieces of a private key in `value` worth watching: the base64 lines of a PEM private
+    key, or a bare base64 key of 64 bytes (libsodium's seed and public key)."""
+    if not isinstance(value, str):
+        return []
+    if PRIVATE_KEY_MARKER in value:
+        return [line for line in value.splitlines() if line and "-----" not in line]
+    try:
+        raw = base64.b64decode(value.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        return []
+    return [value.strip(), base64.b64encode(raw[:32]).decode()] if len(raw) == 64 else []
 
 
 def _worth_watching(value):
@@ -17,6 +36,8 @@ def _worth_watching(value):
 class LeakWatch:
     def __init__(self):
         self.secrets = set()
+        self._private = set()
+        self.response_leaks = []
         # Fuzz tests send generated strings ("request_id..." included) that are no secrets and
         # would match ordinary log text; they turn this off and register real credentials only.
         self.watch_requests = True
@@ -45,14 +66,29 @@ class LeakWatch:
         body = request.get_json(silent=True, cache=True)
         if isinstance(body, dict):
             self.add(body.get("user_token"))
+            self.add_private(body.get("public_key"))
 
     def _on_response(self, sender, response, **extra):
         body = response.get_json(silent=True) if response.is_json else None
         if isinstance(body, dict):
             self.add(*(body.get(field) for field in SECRET_FIELDS))
+        text = response.get_data(as_text=True) if not response.is_streamed else ""
+        if PRIVATE_KEY_MARKER in text or any(
+                piece in text for piece in self.private_pieces()):
+            self.response_leaks.append(response.status)
+
+    def private_pieces(self):
+        return [secret for secret in self.secrets if secret in self._private]
+
+    def add_private(self, *values):
+        """Private key material: watched in the database, the logs and every response."""
+        pieces = [piece for value in values for piece in private_key_material(value)]
+        self._private.update(pieces)
+        self.add(*pieces)
 
     def leaks_in(self, text):
-        return sorted(secret[:12] + "..." for secret in self.secrets if secret in text)
+        leaks = sorted(secret[:12] + "..." for secret in self.secrets if secret in text)
+        return leaks + (["a private key"] if PRIVATE_KEY_MARKER in text else [])
 
     def close(self):
         request_started.disconnect(self._on_request, self.app)

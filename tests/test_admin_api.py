@@ -51,7 +51,9 @@ def test_create_returns_the_key_once_and_it_works(client, admin_headers):
     assert client.get("/v1/tenant/usage", headers=tenant_headers).status_code == 200
     shown = client.get(f"/v1/admin/tenants/{body['tenant_id']}", headers=admin_headers).get_json()
     assert "api_key" not in shown and "signing_secret" not in shown
-    assert shown["api_key_prefix"] == body["api_key"][:15]
+    listed = client.get(f"/v1/admin/tenants/{body['tenant_id']}/keys",
+                        headers=admin_headers).get_json()["keys"]
+    assert [key["prefix"] for key in listed] == [body["api_key"][:15]]
 
 
 @pytest.mark.parametrize(
@@ -95,6 +97,24 @@ def test_list_and_update(client, admin_headers, make_tenant):
                     "tenant not found")
 
 
+@pytest.mark.parametrize("value", [0, 0.0, 1, 1.0, "false", "true", None, [], {}])
+def test_active_is_exactly_true_or_false(client, admin_headers, tenant, value):
+    response = client.patch(f"/v1/admin/tenants/{tenant.tenant_id}", headers=admin_headers,
+                            json={"active": value})
+    body = assert_envelope(response, 400, "active must be true or false")
+    assert body["details"] == {"active": ["active must be true or false"]}
+    assert client.get("/v1/tenant/usage", headers=tenant.headers).status_code == 200
+
+
+@pytest.mark.parametrize("value", [0, 0.0, 1, 1.0, "true", None])
+def test_send_email_is_exactly_true_or_false(client, admin_headers, value):
+    response = client.post("/v1/admin/tenants", headers=admin_headers,
+                           json={"email": "flag@example.com", "plan": "pro", "send_email": value})
+    assert_envelope(response, 400, "send_email must be true or false")
+    listed = client.get("/v1/admin/tenants", headers=admin_headers).get_json()
+    assert listed["tenants"] == []
+
+
 def test_tenant_key_cannot_use_the_admin_api(client, tenant):
     assert_envelope(client.get("/v1/admin/tenants", headers=tenant.headers), 403,
                     "this endpoint requires an admin key")
@@ -113,10 +133,22 @@ def test_paid_plan_key_is_emailed(client, admin_headers, smtp_inbox, runner):
     assert result.exit_code == 0 and len(smtp_inbox.messages) == 2
 
 
-def test_free_plan_key_is_not_emailed(client, admin_headers, smtp_inbox):
-    client.post("/v1/admin/tenants", headers=admin_headers,
-                json={"email": "free@example.com", "plan": "free", "send_email": True})
+def test_free_plan_key_is_not_emailed(client, admin_headers, smtp_inbox, runner):
+    response = client.post("/v1/admin/tenants", headers=admin_headers,
+                           json={"email": "free@example.com", "plan": "free", "send_email": True})
     assert smtp_inbox.messages == []
+    # Said, not silently ignored: the caller asked for an email.
+    body = response.get_json()
+    assert response.status_code == 201 and body["email_sent"] is False
+    assert body["email_error"] == "keys are emailed on paid plans only: starter, pro, enterprise"
+    result = runner.invoke(args=["tenants", "create", "--email", "free-cli@example.com",
+                                 "--send-email"])
+    assert result.exit_code == 0 and smtp_inbox.messages == []
+    assert result.stderr == ("warning: key email not sent: "
+                             "keys are emailed on paid plans only: starter, pro, enterprise\n")
+    without = client.post("/v1/admin/tenants", headers=admin_headers,
+                          json={"email": "quiet@example.com", "plan": "free"}).get_json()
+    assert without["email_sent"] is None and without["email_error"] is None
 
 
 def test_smtp_failure_is_reported_and_the_tenant_still_exists(client, admin_headers, caplog):

@@ -2,7 +2,11 @@
 import json
 
 import pytest
+from click.testing import CliRunner
+from flask.cli import FlaskGroup
 
+from app import create_app, crypto
+from app.admin.models import AdminKey
 from app.clock import billing_period
 from app.extensions import db
 from app.tenants.models import MonthlyUsage
@@ -49,14 +53,15 @@ def test_duplicate_email_is_refused(runner):
     assert "Error: a tenant with this email already exists" in result.output
 
 
-def test_list_show_set_plan_and_usage(runner):
+def test_list_show_set_plan_and_usage(app, runner):
     created = _create(runner, plan="free")
     assert "cli@example.com\tfree\tactive" in _invoke(runner, "tenants", "list").output
     result = _invoke(runner, "tenants", "set-plan", "cli@example.com", "pro")
     assert result.exit_code == 0 and json.loads(result.stdout)["plan"] == "pro"
-    db.session.add(MonthlyUsage(tenant_id=created["tenant_id"], period=billing_period(),
-                                usage_count=5))
-    db.session.commit()
+    with app.app_context():
+        db.session.add(MonthlyUsage(tenant_id=created["tenant_id"], period=billing_period(),
+                                    usage_count=5))
+        db.session.commit()
     usage = json.loads(_invoke(runner, "tenants", "usage", str(created["tenant_id"])).stdout)
     assert usage == {"email": "cli@example.com", "plan": "pro", "usage_count": 5,
                      "rate_limit": 500_000, "remaining": 499_995}
@@ -81,17 +86,20 @@ def test_deactivate_activate_and_rotate_key(runner, client):
     assert client.get("/v1/tenant/usage", headers={"X-Service-Key": new_key}).status_code == 200
 
 
-def test_rotate_signing_secret_keeps_the_previous_one_for_the_grace(runner):
+def test_rotate_signing_secret_keeps_the_previous_one_for_the_grace(app, runner):
     from app.tenants.service import find_tenant
 
     created = _create(runner)
     result = _invoke(runner, "tenants", "rotate-signing-secret", "cli@example.com", "--grace", "300")
     new_secret = result.stdout.strip()
     assert new_secret.startswith("sig_live_") and new_secret != created["signing_secret"]
-    tenant = find_tenant("cli@example.com")
+    with app.app_context():
+        tenant = find_tenant("cli@example.com")
     assert tenant.previous_signing_secret_sealed is not None
     assert tenant.previous_signing_secret_expires_at is not None
-    assert created["signing_secret"] not in tenant.previous_signing_secret_sealed
+    with app.app_context():
+        assert crypto.unseal(tenant.previous_signing_secret_sealed) == created["signing_secret"]
+        assert crypto.unseal(tenant.signing_secret_sealed) == new_secret
 
 
 def test_admin_keys_create_list_revoke(runner, client):
@@ -102,7 +110,121 @@ def test_admin_keys_create_list_revoke(runner, client):
     assert "billing\tactive" in _invoke(runner, "admin-keys", "list").output
     again = _invoke(runner, "admin-keys", "create", "--name", "billing")
     assert again.exit_code == 1 and "already exists" in again.output
-    assert _invoke(runner, "admin-keys", "revoke", "billing").exit_code == 0
+    assert _invoke(runner, "admin-keys", "revoke", "--name", "billing").exit_code == 0
     response = client.get("/v1/admin/tenants", headers=headers)
     assert response.status_code == 401
     assert response.get_json()["error"] == "Invalid or inactive API key"
+
+
+def _admin_key(runner, name):
+    result = _invoke(runner, "admin-keys", "create", "--name", name, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("name, error", [
+    ("", "admin key name must not be blank"),
+    ("   ", "admin key name must not be blank"),
+    ("3", "admin key name must not be all digits: ids are numbers"),
+    (" 42 ", "admin key name must not be all digits: ids are numbers"),
+    ("x" * 101, "admin key name must be at most 100 characters"),
+    ("bell\x07", "admin key name must not contain control characters"),
+])
+def test_admin_key_names_are_never_blank_or_mistakable_for_ids(app, runner, name, error):
+    _admin_key(runner, "existing")
+    result = _invoke(runner, "admin-keys", "create", "--name", name)
+    assert result.exit_code == 1 and result.output == f"Error: {error}\n"
+    with app.app_context():
+        assert db.session.query(AdminKey).count() == 1
+
+
+def test_admin_key_names_are_trimmed(runner):
+    assert _admin_key(runner, "  billing ")["name"] == "billing"
+    again = _invoke(runner, "admin-keys", "create", "--name", "billing")
+    assert again.output == "Error: an admin key with this name already exists\n"
+
+
+def test_revoke_takes_an_id_or_an_explicit_name(app, runner, client):
+    billing, reports = _admin_key(runner, "billing"), _admin_key(runner, "reports")
+    # A key named "1" from before names were checked: `revoke 1` means the key with id 1.
+    with app.app_context():
+        db.session.add(AdminKey(name=str(billing["admin_key_id"]), key_digest="0" * 64,
+                                key_prefix="key_live_000000", signing_secret_sealed="x"))
+        db.session.commit()
+    result = _invoke(runner, "admin-keys", "revoke", str(billing["admin_key_id"]))
+    assert result.output == f"admin key {billing['admin_key_id']} (billing) revoked\n"
+    with app.app_context():
+        states = {key.name: key.active for key in db.session.query(AdminKey)}
+    assert states == {"billing": False, "reports": True, str(billing["admin_key_id"]): True}
+    result = _invoke(runner, "admin-keys", "revoke", "--name", str(billing["admin_key_id"]))
+    assert result.exit_code == 0
+    assert _invoke(runner, "admin-keys", "revoke", "--name", "reports").exit_code == 0
+    for issued in (billing, reports):
+        response = client.get("/v1/admin/tenants", headers={"X-Service-Key": issued["api_key"]})
+        assert response.status_code == 401
+
+
+@pytest.mark.parametrize("args, error", [
+    (["reports"], "admin key ids are numbers; to revoke by name, use --name reports"),
+    ([], "give either the admin key's id or --name NAME"),
+    (["1", "--name", "reports"], "give either the admin key's id or --name NAME"),
+    (["99999"], "admin key not found"),
+    (["99999999999999999999"], "admin key not found"),
+    (["--name", "nobody"], "admin key not found"),
+])
+def test_revoke_errors_are_one_line(app, runner, args, error):
+    _admin_key(runner, "reports")
+    result = _invoke(runner, "admin-keys", "revoke", *args)
+    assert result.exit_code == 1 and result.output == f"Error: {error}\n"
+    with app.app_context():
+        assert db.session.query(AdminKey).one().active
+
+
+def test_list_commands_print_a_header_row(runner):
+    _create(runner)
+    _admin_key(runner, "billing")
+    tenants = _invoke(runner, "tenants", "list").stdout.splitlines()
+    assert tenants[0] == "ID\tEMAIL\tPLAN\tSTATE"
+    assert tenants[1].split("\t")[1:4] == ["cli@example.com", "starter", "active"]
+    admin_keys = _invoke(runner, "admin-keys", "list").stdout.splitlines()
+    assert admin_keys[0] == "ID\tNAME\tSTATE\tPREFIX"
+    assert admin_keys[1].split("\t")[1:3] == ["billing", "active"]
+
+
+@pytest.mark.parametrize("command", [
+    [], ["show"], ["usage"], ["set-plan"], ["deactivate"], ["activate"], ["rotate-key"],
+    ["rotate-signing-secret"], ["set-signature-scheme"],
+])
+def test_help_says_what_tenant_is(runner, command):
+    result = _invoke(runner, "tenants", *command, "--help")
+    assert "TENANT is the tenant's id (as `list` shows it) or its email address." in " ".join(
+        result.output.split())
+
+
+def test_commands_speak_to_a_person_without_log_lines(runner, client, capsys):
+    runs = [
+        _invoke(runner, "tenants", "create", "--email", "quiet@example.com"),
+        _invoke(runner, "tenants", "set-plan", "quiet@example.com", "pro"),
+        _invoke(runner, "tenants", "rotate-key", "quiet@example.com"),
+        _invoke(runner, "admin-keys", "create", "--name", "quiet"),
+        _invoke(runner, "admin-keys", "revoke", "--name", "quiet"),
+        _invoke(runner, "tenants", "show", "nobody@example.com"),
+    ]
+    assert [result.exit_code for result in runs] == [0, 0, 0, 0, 0, 1]
+    assert [result.stderr for result in runs[:-1]] == [""] * 5
+    assert runs[-1].stderr == "Error: tenant not found\n"
+    # Outside the CLI the service logs as before: one JSON line per request.
+    capsys.readouterr()
+    client.get("/health")
+    assert '"message": "request"' in capsys.readouterr().err
+
+
+def test_flask_help_leaves_out_flask_limiter(settings):
+    # The `flask` command itself, with the plugin commands installed packages add through entry
+    # points (Flask-Limiter added `flask limiter`, meaningless here) and the app's own.
+    flask_command = FlaskGroup(create_app=lambda: create_app(dict(settings)))
+    result = CliRunner().invoke(flask_command, ["--help"])
+    assert result.exit_code == 0, result.output
+    listed = [line.split()[0] for line in result.output.split("Commands:")[1].splitlines()
+              if line.strip()]
+    assert {"tenants", "admin-keys", "db"} <= set(listed) and "limiter" not in listed

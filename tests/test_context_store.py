@@ -1,11 +1,15 @@
-"""The context store as a real external HTTP dependency (pytest-httpserver)."""
+"""The context store as a real external HTTP dependency (pytest-httpserver, raw sockets)."""
 import json
+import socket
+import threading
 import time
 
 import pytest
 from sqlalchemy import func, select
 from werkzeug import Response
 
+from app import create_app
+from app.config import ConfigError
 from app.extensions import db
 from app.intents.models import Intent
 from tests.servers import free_port
@@ -25,8 +29,18 @@ def _generate(client, tenant):
     return client.post("/v1/intent/generate", headers=tenant.headers, json={"user_token": TOKEN})
 
 
-def _no_intent_written():
-    return db.session.execute(select(func.count()).select_from(Intent)).scalar_one() == 0
+def _no_intent_written(app):
+    with app.app_context():
+        return db.session.execute(select(func.count()).select_from(Intent)).scalar_one() == 0
+
+
+def _nothing_metered(client, tenant):
+    usage = client.get("/v1/tenant/usage", headers=tenant.headers).get_json()
+    return usage["usage_count"] == 0
+
+
+def _failures(caplog):
+    return [r.failure for r in caplog.records if r.getMessage() == "context store request failed"]
 
 
 @pytest.mark.parametrize("tags, intent_class", [
@@ -71,27 +85,180 @@ def test_store_failures_are_502_and_write_nothing(client, tenant, httpserver, st
     _failing(httpserver, **respond)
     response = _generate(client, tenant)
     assert_envelope(response, 502, "context store request failed")
-    assert _no_intent_written()
+    assert _no_intent_written(client.application)
     records = [r for r in caplog.records if r.getMessage() == "context store request failed"]
     assert records and records[-1].failure == failure
     assert TOKEN not in caplog.text
 
 
 def test_read_timeout_is_502(client, tenant, httpserver, store_url, caplog):
+    answered = threading.Event()
+
     def slow(request):
         time.sleep(1.2)
+        answered.set()
         return Response(json.dumps({"tags": []}), content_type="application/json")
 
     httpserver.expect_request("/context").respond_with_handler(slow)
     started = time.monotonic()
     assert_envelope(_generate(client, tenant), 502, "context store request failed")
     assert time.monotonic() - started < 1.1
-    assert _no_intent_written()
+    assert _no_intent_written(client.application)
     assert [r.failure for r in caplog.records if hasattr(r, "failure")][-1] == "read timeout"
+    # The test server answers one request at a time: let it finish before the next test.
+    assert answered.wait(timeout=5)
 
 
 def test_refused_connection_is_502(client, tenant, app, caplog):
     app.config["CONTEXT_STORE_URL"] = f"http://127.0.0.1:{free_port()}/context"
     assert_envelope(_generate(client, tenant), 502, "context store request failed")
-    assert _no_intent_written()
+    assert _no_intent_written(client.application)
     assert [r.failure for r in caplog.records if hasattr(r, "failure")][-1] == "connection failed"
+
+
+def test_answer_of_64_kib_is_read_and_one_byte_more_is_502(client, tenant, httpserver, store_url,
+                                                          caplog):
+    answer = json.dumps({"tags": ["checkout"]}).encode()
+    padded = answer + b" " * (64 * 1024 - len(answer))
+    httpserver.expect_ordered_request("/context").respond_with_data(
+        padded, content_type="application/json")
+    httpserver.expect_ordered_request("/context").respond_with_data(
+        padded + b" ", content_type="application/json")
+    assert _generate(client, tenant).get_json()["intent_class"] == "commerce"
+    assert_envelope(_generate(client, tenant), 502, "context store request failed")
+    assert _failures(caplog) == ["answer too large"]
+
+
+@pytest.mark.parametrize("answer, failure", [
+    # Deep enough to exhaust the JSON parser's recursion: a RecursionError, not a 500.
+    ("[" * 30_000 + "]" * 30_000, "answer is nested too deeply"),
+    ('{"tags": [], "extra": ' + "[" * 64 + "]" * 64 + "}", "answer is nested too deeply"),
+    ('{"tags": ["checkout"], "extra": ' + "[" * 63 + "]" * 63 + "}", None),
+])
+def test_answer_nested_deeper_than_the_wire_limit_is_502(client, tenant, httpserver, store_url,
+                                                         caplog, answer, failure):
+    httpserver.expect_request("/context").respond_with_data(answer, content_type="application/json")
+    response = _generate(client, tenant)
+    if failure is None:
+        assert response.get_json()["intent_class"] == "commerce"
+        return
+    assert_envelope(response, 502, "context store request failed")
+    assert _no_intent_written(client.application) and _nothing_metered(client, tenant)
+    assert _failures(caplog) == [failure]
+
+
+class RawStore:
+    """A context store on a raw socket: answers one request by calling `answer(store, conn)`.
+
+    It stops by itself: the accept and every send give up after 10 s, and each `answer` is
+    bounded in count.
+    """
+
+    def __init__(self, answer):
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.settimeout(10)
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}/context"
+        self.sent = 0
+        self.send_failed = False
+        self.thread = threading.Thread(target=self._serve, args=(answer,), daemon=True)
+        self.thread.start()
+
+    def _serve(self, answer):
+        with self.listener:
+            try:
+                connection, _ = self.listener.accept()
+            except TimeoutError:
+                return
+        with connection:
+            connection.settimeout(10)
+            request = b""
+            while not (b"\r\n\r\n" in request and request.endswith(b"{}")):
+                request += connection.recv(4096)
+            try:
+                answer(self, connection)
+            except OSError:
+                self.send_failed = True
+
+    def send(self, connection, data):
+        connection.sendall(data)
+        self.sent += len(data)
+
+
+@pytest.fixture
+def raw_store(app):
+    app.config["CONTEXT_STORE_DEADLINE"] = 2
+    app.config["CONTEXT_STORE_READ_TIMEOUT"] = 5  # longer than any pause below
+
+    def start(answer):
+        store = RawStore(answer)
+        app.config["CONTEXT_STORE_URL"] = store.url
+        return store
+
+    return start
+
+
+HEADERS = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+
+
+def _drip_body(store, connection):
+    store.send(connection, HEADERS % 20)
+    for _ in range(20):  # 20 s in all, unless the client hangs up first
+        store.send(connection, b" ")
+        time.sleep(1)
+
+
+def _drip_headers(store, connection):
+    for byte in (HEADERS % 20)[:40]:  # 20 s in all, unless the client hangs up first
+        store.send(connection, bytes([byte]))
+        time.sleep(0.5)
+
+
+@pytest.mark.parametrize("drip", [_drip_body, _drip_headers], ids=["body", "headers"])
+def test_a_store_dripping_bytes_is_cut_off_at_the_deadline(client, tenant, raw_store, caplog,
+                                                           drip):
+    store = raw_store(drip)
+    started = time.monotonic()
+    assert_envelope(_generate(client, tenant), 502, "context store request failed")
+    # The drip would take 20 s and no single read waits 5 s: only the 2 s deadline ends it.
+    assert time.monotonic() - started < 10
+    assert _failures(caplog) == ["deadline exceeded"]
+    assert _no_intent_written(client.application) and _nothing_metered(client, tenant)
+    store.thread.join(timeout=15)
+    assert store.send_failed  # the client hung up rather than leaving the store connected
+
+
+def test_a_huge_answer_is_not_read_past_64_kib(client, tenant, raw_store, caplog):
+    size = 300 * 1024 * 1024
+
+    def huge(store, connection):
+        store.send(connection, HEADERS % size)
+        chunk = b" " * (64 * 1024)
+        for _ in range(size // len(chunk)):
+            store.send(connection, chunk)
+
+    store = raw_store(huge)
+    assert_envelope(_generate(client, tenant), 502, "context store request failed")
+    assert _failures(caplog) == ["answer too large"]
+    assert _no_intent_written(client.application) and _nothing_metered(client, tenant)
+    store.thread.join(timeout=15)
+    # The client hung up after 64 KiB + 1; what the store got out is what socket buffers hold.
+    assert store.send_failed and store.sent < 32 * 1024 * 1024
+
+
+def test_an_answer_arriving_in_pieces_is_read_whole(client, tenant, raw_store):
+    answer = json.dumps({"tags": ["checkout"]}).encode()
+
+    def in_pieces(store, connection):
+        store.send(connection, HEADERS % len(answer) + answer[:5])
+        time.sleep(0.3)
+        store.send(connection, answer[5:])
+
+    raw_store(in_pieces)
+    assert _generate(client, tenant).get_json()["intent_class"] == "commerce"
+
+
+@pytest.mark.parametrize("value", ["0", "30", "-1", "soon"])
+def test_a_deadline_outside_the_request_budget_stops_start_up(monkeypatch, settings, value):
+    monkeypatch.setenv("CONTEXT_STORE_DEADLINE", value)
+    with pytest.raises(ConfigError, match="CONTEXT_STORE_DEADLINE"):
+        create_app(settings)

@@ -1,18 +1,23 @@
 """gunicorn as deployed: TLS 1.3 only (real handshakes), graceful shutdown on SIGTERM."""
 import json
+import os
 import shutil
 import signal
 import socket
 import ssl
 import subprocess
+import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import requests
 import trustme
 from werkzeug import Response
+
+from tests.servers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,6 +53,9 @@ def test_gunicorn_serves_tls_1_3_only(embedded_gunicorn, certificates):
         _handshake(server.port, ca, maximum=ssl.TLSVersion.TLSv1_2)
     health = requests.get(server.url + "/health", verify=str(paths["ca"]), timeout=5)
     assert health.status_code == 200 and health.json()["status"] == "ok"
+    # The container's health check speaks TLS to it too.
+    assert _healthcheck(GUNICORN_BIND=f"0.0.0.0:{server.port}",
+                        TLS_CERTFILE=paths["cert"]).returncode == 0
 
 
 def test_sigterm_finishes_in_flight_requests_refuses_new_ones_and_exits_0(embedded_gunicorn,
@@ -81,6 +89,29 @@ def test_sigterm_finishes_in_flight_requests_refuses_new_ones_and_exits_0(embedd
     assert outcome["response"].status_code == 200
     assert outcome["response"].json()["intent_class"] == "wellness"
     assert server.process.wait(30) == 0
+
+
+PLAIN_HTTP_REFUSED = "HTTPS is required: this service does not accept plain HTTP"
+
+
+def test_only_trusted_proxy_hops_decides_what_a_forwarded_header_may_claim(embedded_gunicorn):
+    """gunicorn trusts forwarded headers from 127.0.0.1 by default; the app alone must decide."""
+    start, _ = embedded_gunicorn
+    direct = start(workers=1, threads=1, REQUIRE_TLS="true")
+    for header, value in [("X-Forwarded-Proto", "https"), ("X-Forwarded-Ssl", "on"),
+                          ("X-Forwarded-Protocol", "ssl")]:
+        response = requests.get(direct.url + "/v1/tenant/usage", headers={header: value},
+                                timeout=10)
+        assert response.status_code == 403, (header, response.text)
+        assert response.json()["error"] == PLAIN_HTTP_REFUSED
+    # gunicorn would also let the same peer move the app under another SCRIPT_NAME.
+    health = requests.get(direct.url + "/health", headers={"SCRIPT_NAME": "/elsewhere"},
+                          timeout=10)
+    assert health.status_code == 200 and health.json()["status"] == "ok"
+    proxied = start(workers=1, threads=1, REQUIRE_TLS="true", TRUSTED_PROXY_HOPS="1")
+    response = requests.get(proxied.url + "/v1/tenant/usage",
+                            headers={"X-Forwarded-Proto": "https"}, timeout=10)
+    assert response.status_code == 401  # past the HTTPS check: only the key is missing
 
 
 @pytest.fixture
@@ -128,24 +159,108 @@ def test_compose_and_systemd_files_are_well_formed():
     assert "\nUSER intentgate\n" in dockerfile and "db upgrade" not in dockerfile.split("CMD")[-1]
 
 
-def test_metrics_aggregate_every_gunicorn_worker(embedded_gunicorn, tmp_path):
+def test_compose_builds_one_image_and_publishes_only_nginx():
+    import yaml
+
+    services = yaml.safe_load((ROOT / "deploy" / "docker-compose.yml").read_text())["services"]
+    assert [name for name, service in services.items() if "build" in service] == ["app"]
+    app, migrate = services["app"], services["migrate"]
+    # One image: migrate reuses it, and Compose never looks for that name in a registry.
+    assert migrate["image"] == app["image"] and migrate.get("build") is None
+    assert app["pull_policy"] == "build" and migrate["pull_policy"] == "never"
+    # Sync workers never face clients: only nginx publishes a port, on loopback.
+    assert {name for name, service in services.items() if service.get("ports")} == {"nginx"}
+    assert all(port.startswith("127.0.0.1:") for port in services["nginx"]["ports"])
+    source, target, _ = services["nginx"]["volumes"][0].split(":")
+    assert (ROOT / "deploy" / source).resolve() == ROOT / "deploy" / "nginx-compose.conf"
+    assert target == "/etc/nginx/nginx.conf"
+    assert services["nginx"]["depends_on"]["app"]["condition"] == "service_healthy"
+    assert app["environment"]["TRUSTED_PROXY_HOPS"] == "1"
+    port = app["environment"]["GUNICORN_BIND"].rsplit(":", 1)[1]
+    assert f"server app:{port};" in (ROOT / "deploy" / "nginx-compose.conf").read_text()
+
+
+def _dockerfile_instructions():
+    text = (ROOT / "deploy" / "Dockerfile").read_text().replace("\\\n", " ")
+    return [" ".join(line.split()) for line in text.splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]
+
+
+def test_dockerfile_installs_the_runtime_and_checks_health():
+    instructions = _dockerfile_instructions()
+    assert "RUN pip install -r requirements.txt" in instructions
+    healthchecks = [line for line in instructions if line.startswith("HEALTHCHECK ")]
+    assert len(healthchecks) == 1
+    assert healthchecks[0].endswith('CMD ["python", "deploy/healthcheck.py"]')
+    copied = " ".join(line for line in instructions if line.startswith("COPY "))
+    assert "deploy/healthcheck.py" in copied and "deploy/gunicorn.conf.py" in copied
+    # The worker count comes from gunicorn.conf.py (the container's CPU quota), never pinned here.
+    assert not any("GUNICORN_WORKERS" in line for line in instructions)
+
+
+def _healthcheck(**environment):
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(("GUNICORN_", "TLS_"))}
+    env.update({key: str(value) for key, value in environment.items()})
+    return subprocess.run([sys.executable, str(ROOT / "deploy" / "healthcheck.py")], env=env,
+                          capture_output=True, text=True, timeout=30)
+
+
+def test_container_healthcheck_asks_gunicorn_for_health(embedded_gunicorn):
+    start, _ = embedded_gunicorn
+    server = start(workers=1, threads=1)
+    assert _healthcheck(GUNICORN_BIND=f"0.0.0.0:{server.port}").returncode == 0
+    nothing = _healthcheck(GUNICORN_BIND=f"127.0.0.1:{free_port()}")
+    assert nothing.returncode == 1 and len(nothing.stderr.strip().splitlines()) == 1
+
+
+def test_metrics_aggregate_every_gunicorn_worker(embedded_gunicorn, tmp_path, httpserver):
+    def slow_store(request):
+        time.sleep(1.5)
+        return Response(json.dumps({"tags": ["cart"]}), content_type="application/json")
+
+    # A sync worker waiting on the context store accepts nothing else, so three generates in
+    # flight at once are served by three different workers, whatever the kernel prefers.
+    httpserver.expect_request("/context", method="POST").respond_with_handler(slow_store)
     start, cli = embedded_gunicorn
     created = json.loads(cli("tenants", "create", "--email", "metrics@example.com", "--json"))
     server = start(workers=3, threads=1, METRICS_ENABLED="true",
-                   PROMETHEUS_MULTIPROC_DIR=tmp_path / "prometheus")
-    request_ids = []
+                   PROMETHEUS_MULTIPROC_DIR=tmp_path / "prometheus",
+                   CONTEXT_STORE_URL=httpserver.url_for("/context"))
+    request_ids = [f"metrics-{index}" for index in range(3)]
+
+    def generate(request_id):
+        return requests.post(server.url + "/v1/intent/generate", timeout=30,
+                             headers={"X-Service-Key": created["api_key"],
+                                      "X-Request-Id": request_id},
+                             json={"user_token": "metrics-user-token"}).status_code
+
+    with ThreadPoolExecutor(3) as pool:
+        assert list(pool.map(generate, request_ids)) == [200] * 3
+    assert len(server.pids_for(request_ids)) == 3
     for index in range(30):
-        request_id = f"metrics-{index}"
-        request_ids.append(request_id)
         response = requests.post(server.url + "/v1/intent/verify", timeout=10,
-                                 headers={"X-Service-Key": created["api_key"],
-                                          "X-Request-Id": request_id},
+                                 headers={"X-Service-Key": created["api_key"]},
                                  json={"original_intent_hash": "sha256:" + "e" * 64,
                                        "response": {"match_id": f"m{index}", "payload": {},
                                                     "timestamp": 1, "signature": "00"}})
         assert response.json()["reason"] == "UnknownIntent"
-    assert len(server.pids_for(request_ids)) >= 2
     text = requests.get(server.url + "/metrics", timeout=10).text
     line = next(line for line in text.splitlines()
                 if line.startswith('intentgate_verifications_total{outcome="UnknownIntent"}'))
     assert float(line.rsplit(" ", 1)[1]) == 30
+    generated = next(line for line in text.splitlines() if line.startswith(
+        'intentgate_http_requests_total{endpoint="/v1/intent/generate",method="POST",status="200"}'))
+    assert float(generated.rsplit(" ", 1)[1]) == 3
+
+
+def test_responses_name_no_server_software_and_carry_protective_headers(embedded_gunicorn):
+    start, cli = embedded_gunicorn
+    created = json.loads(cli("tenants", "create", "--email", "headers@example.com", "--json"))
+    server = start(workers=1, threads=1)
+    for path, headers in [("/health", {}), ("/nowhere", {}),
+                          ("/v1/tenant/usage", {"X-Service-Key": created["api_key"]})]:
+        response = requests.get(server.url + path, headers=headers, timeout=10)
+        assert response.headers["Server"] == "intentgate", response.headers
+        assert response.headers["X-Content-Type-Options"] == "nosniff"
+    assert response.headers["Cache-Control"] == "no-store"

@@ -103,3 +103,23 @@ def test_log_lines_are_json_with_the_request_id(app, client, capfd):
     access = [line for line in lines if line.get("logger") == "app.access"]
     assert access and access[-1]["request_id"] == "log-check-1"
     assert access[-1]["status"] == 200 and access[-1]["path"] == "/health"
+
+
+def test_protective_headers_on_every_kind_of_response(app, client, tenant):
+    @app.get("/boom-headers")
+    def boom():
+        raise RuntimeError("unexpected")
+
+    responses = [client.get("/health"), client.get("/nowhere"), client.delete("/health"),
+                 client.get("/boom-headers"), client.get("/v1/tenant/usage"),
+                 client.post("/v1/intent/verify", headers=tenant.headers, data="x" * 70_000,
+                             content_type="application/json"),
+                 client.get("/v1/tenant/usage", headers=tenant.headers)]
+    assert [r.status_code for r in responses] == [200, 404, 405, 500, 401, 413, 200]
+    for response in responses:
+        assert response.headers["X-Content-Type-Options"] == "nosniff"
+        assert "Server" not in response.headers  # gunicorn's own is set in its config
+    # Responses that can carry a credential (and every other API answer) are never cached.
+    rotated = client.post("/v1/tenant/rotate-key", headers=tenant.headers)
+    assert rotated.status_code == 200 and rotated.headers["Cache-Control"] == "no-store"
+    assert responses[-1].headers["Cache-Control"] == "no-store"

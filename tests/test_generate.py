@@ -25,8 +25,9 @@ def _generate(client, credentials, body):
     return client.post("/v1/intent/generate", headers=credentials.headers, json=body)
 
 
-def _intent_count():
-    return db.session.execute(select(func.count()).select_from(Intent)).scalar_one()
+def _intent_count(app):
+    with app.app_context():
+        return db.session.execute(select(func.count()).select_from(Intent)).scalar_one()
 
 
 def test_generate_issues_an_intent(client, tenant):
@@ -38,7 +39,8 @@ def test_generate_issues_an_intent(client, tenant):
     assert HASH.match(body["intent_hash"])
     assert body["intent_class"] == "other"
     assert body["expires_at"] == 1_800_000_000 + 120
-    stored = db.session.execute(select(Intent)).scalar_one()
+    with client.application.app_context():
+        stored = db.session.execute(select(Intent)).scalar_one()
     assert stored.intent_hash == body["intent_hash"] and stored.owner == f"tenant:{tenant.tenant_id}"
     assert stored.consumed_at is None
 
@@ -77,7 +79,7 @@ def test_bad_requests_get_the_contract_texts(client, tenant, body, error):
     response = _generate(client, tenant, body)
     envelope = assert_envelope(response, 400, error)
     assert envelope["details"]
-    assert _intent_count() == 0
+    assert _intent_count(client.application) == 0
     if isinstance(body.get("user_token"), str) and len(body["user_token"]) >= 10:
         assert body["user_token"] not in response.get_data(as_text=True)
 
@@ -126,7 +128,8 @@ def test_the_token_is_stored_and_logged_nowhere(client, tenant, caplog, capfd):
     for user_token in (token, jwt_token):
         assert _generate(client, tenant, {"user_token": user_token}).status_code == 200
     _generate(client, tenant, {"user_token": token + " bad"})  # a rejected one too
-    dump = dump_database()
+    with client.application.app_context():
+        dump = dump_database()
     logs = caplog.text + capfd.readouterr().err
     for secret in (token, jwt_token, "LeakCanarySubject", jwt_token.split(".")[1]):
         assert secret not in dump
@@ -138,4 +141,6 @@ def test_admin_keys_may_generate(client, runner):
     response = client.post("/v1/intent/generate", headers={"X-Service-Key": issued["api_key"]},
                            json={"user_token": TOKEN})
     assert response.status_code == 200
-    assert db.session.execute(select(Intent.owner)).scalar_one() == f"admin:{issued['admin_key_id']}"
+    with client.application.app_context():
+        owner = db.session.execute(select(Intent.owner)).scalar_one()
+    assert owner == f"admin:{issued['admin_key_id']}"

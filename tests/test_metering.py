@@ -7,6 +7,7 @@ from app.extensions import db
 from app.intents.models import IdempotencyRecord, Intent
 from app.tenants import service as tenant_service
 from app.tenants.models import MonthlyUsage
+from app.sql import unit_of_work
 from tests.support import assert_envelope, scale_response
 
 T0 = 1_800_000_000  # 2027-01-15
@@ -23,9 +24,11 @@ def _verify(client, credentials, intent_hash, response=None, headers=None):
                        json={"original_intent_hash": intent_hash, "response": response})
 
 
-def _set_usage(tenant_id, count):
-    db.session.merge(MonthlyUsage(tenant_id=tenant_id, period=billing_period(), usage_count=count))
-    db.session.commit()
+def _set_usage(app, tenant_id, count):
+    with app.app_context():
+        db.session.merge(MonthlyUsage(tenant_id=tenant_id, period=billing_period(),
+                                      usage_count=count))
+        db.session.commit()
 
 
 def _usage(client, credentials):
@@ -44,7 +47,7 @@ def test_every_verify_counts_cleared_or_blocked(client, tenant):
 def test_the_limit_gives_429_and_usage_keeps_answering(client, make_tenant):
     tenant = make_tenant("free")
     intent_hash = _generate(client, tenant).get_json()["intent_hash"]
-    _set_usage(tenant.tenant_id, 999)
+    _set_usage(client.application, tenant.tenant_id, 999)
     assert _verify(client, tenant, intent_hash).get_json()["cleared"] is True
     second = _generate(client, tenant)
     body = assert_envelope(second, 429, "monthly verification limit reached")
@@ -58,26 +61,29 @@ def test_the_limit_gives_429_and_usage_keeps_answering(client, make_tenant):
 def test_a_refused_verify_consumes_nothing(client, make_tenant):
     tenant = make_tenant("free")
     intent_hash = _generate(client, tenant).get_json()["intent_hash"]
-    _set_usage(tenant.tenant_id, 1000)
+    _set_usage(client.application, tenant.tenant_id, 1000)
     assert _verify(client, tenant, intent_hash).status_code == 429
-    assert db.session.execute(select(Intent.consumed_at)).scalar_one() is None
-    tenant_service.update_tenant(tenant.tenant_id, plan="starter")
+    with client.application.app_context():
+        assert db.session.execute(select(Intent.consumed_at)).scalar_one() is None
+        with unit_of_work():
+            tenant_service.update_tenant(tenant.tenant_id, plan="starter")
     assert _verify(client, tenant, intent_hash).get_json()["cleared"] is True
     assert _usage(client, tenant)["usage_count"] == 1001
 
 
 def test_raising_the_plan_lifts_the_limit_at_once(client, make_tenant):
     tenant = make_tenant("free")
-    _set_usage(tenant.tenant_id, 1000)
+    _set_usage(client.application, tenant.tenant_id, 1000)
     assert _generate(client, tenant).status_code == 429
-    tenant_service.update_tenant(tenant.tenant_id, plan="pro")
+    with client.application.app_context(), unit_of_work():
+        tenant_service.update_tenant(tenant.tenant_id, plan="pro")
     assert _generate(client, tenant).status_code == 200
 
 
 def test_a_new_month_starts_at_zero(client, make_tenant):
     tenant = make_tenant("free")
     with time_machine.travel("2027-01-31T23:59:50Z", tick=False):
-        _set_usage(tenant.tenant_id, 1000)
+        _set_usage(client.application, tenant.tenant_id, 1000)
         assert _generate(client, tenant).status_code == 429
     with time_machine.travel("2027-02-01T00:00:05Z", tick=False):
         intent_hash = _generate(client, tenant).get_json()["intent_hash"]
@@ -87,7 +93,7 @@ def test_a_new_month_starts_at_zero(client, make_tenant):
 
 def test_enterprise_counts_without_a_limit(client, make_tenant):
     tenant = make_tenant("enterprise")
-    _set_usage(tenant.tenant_id, 10_000_000)
+    _set_usage(client.application, tenant.tenant_id, 10_000_000)
     intent_hash = _generate(client, tenant).get_json()["intent_hash"]
     assert _verify(client, tenant, intent_hash).get_json()["cleared"] is True
     assert _usage(client, tenant)["usage_count"] == 10_000_001
@@ -104,7 +110,8 @@ def test_idempotent_retry_returns_the_same_result_and_counts_nothing(client, ten
     assert "Idempotent-Replayed" not in first.headers
     assert again.headers["Idempotent-Replayed"] == "true"
     assert _usage(client, tenant)["usage_count"] == 1
-    record = db.session.execute(select(IdempotencyRecord)).scalar_one()
+    with client.application.app_context():
+        record = db.session.execute(select(IdempotencyRecord)).scalar_one()
     assert "s3cr3t-value" not in " ".join(str(v) for v in record.__dict__.values())
     without_key = _verify(client, tenant, intent_hash, response)
     assert without_key.get_json()["reason"] == "ReplayedIntent"
@@ -150,9 +157,10 @@ def test_bad_idempotency_keys(client, tenant):
 
 def test_count_never_passes_the_limit(client, make_tenant):
     tenant = make_tenant("free")
-    _set_usage(tenant.tenant_id, 998)
+    _set_usage(client.application, tenant.tenant_id, 998)
     hashes = [_generate(client, tenant).get_json()["intent_hash"] for _ in range(4)]
     statuses = [_verify(client, tenant, h).status_code for h in hashes]
     assert statuses == [200, 200, 429, 429]
-    total = db.session.execute(select(func.sum(MonthlyUsage.usage_count))).scalar_one()
+    with client.application.app_context():
+        total = db.session.execute(select(func.sum(MonthlyUsage.usage_count))).scalar_one()
     assert total == 1000

@@ -1,6 +1,8 @@
 """Production behaviour in process: HTTPS only, HSTS, metrics."""
 import re
 
+import pytest
+
 from app import create_app
 from tests.support import assert_envelope, scale_response
 
@@ -45,8 +47,13 @@ def test_metrics_are_off_by_default(client):
     assert_envelope(client.get("/metrics"), 404, "not found")
 
 
-def test_metrics_count_verdicts_requests_and_context_failures(app, client, tenant, httpserver):
-    app.config["METRICS_ENABLED"] = True
+@pytest.fixture
+def metrics_enabled(settings):
+    settings["METRICS_ENABLED"] = True
+
+
+def test_metrics_count_verdicts_requests_and_context_failures(metrics_enabled, app, client, tenant,
+                                                              httpserver):
     before = client.get("/metrics").get_data(as_text=True)
     intent_hash = client.post("/v1/intent/generate", headers=tenant.headers,
                               json={"user_token": "metrics-user-token"}).get_json()["intent_hash"]

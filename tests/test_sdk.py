@@ -26,6 +26,8 @@ def test_the_demo_shows_cleared_tampered_replayed_and_usage(live):
     text = "\n".join(lines)
     assert "blocked -> InvalidSignature" in text and "replay blocked -> ReplayedIntent" in text
     assert "Usage this month: 4 of 50000" in text
+    assert "cleared -> {'answer': 'Signed with Ed25519.'}" in text
+    assert "an HMAC signature now -> InvalidSignature" in text
 
 
 def test_client_round_trip_and_typed_errors(live):
@@ -50,3 +52,18 @@ def test_client_round_trip_and_typed_errors(live):
     with pytest.raises(AuthenticationError) as refused:
         Client(server.url, old_key).usage()
     assert refused.value.message == "Invalid or inactive API key" and refused.value.request_id
+
+
+def test_client_self_service(live, leak_watch):
+    server, created = live
+    client = Client(server.url, created["api_key"])
+    second = client.create_key("second", expires_in=3600)
+    leak_watch.add(second["api_key"])
+    assert Client(server.url, second["api_key"]).usage().email == "sdk@example.com"
+    assert sorted(key["name"] for key in client.list_keys()) == ["default", "second"]
+    assert client.revoke_key(second["id"])["revoked_at"] is not None
+    with pytest.raises(AuthenticationError):
+        Client(server.url, second["api_key"], max_retries=0).usage()
+    actions = [entry["action"] for entry in client.audit_log()]
+    assert actions[:2] == ["api_key.revoked", "api_key.created"]
+    assert len(client.daily_usage(days=7)) == 7

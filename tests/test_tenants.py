@@ -1,19 +1,23 @@
 """Tenant authentication, usage, key rotation, plans and deactivation over HTTP."""
+import hashlib
+
 import pytest
 import time_machine
 from sqlalchemy import select
 
 from app.extensions import db
 from app.tenants import service
-from app.tenants.models import MonthlyUsage, Tenant
+from app.tenants.models import ApiKey, MonthlyUsage
+from app.sql import unit_of_work
 from tests.support import assert_envelope
 
 ACCOUNT_ENDPOINTS = [("get", "/v1/tenant/usage"), ("post", "/v1/tenant/rotate-key")]
 
 
-def _set_usage(tenant_id, count, period="2026-11"):
-    db.session.merge(MonthlyUsage(tenant_id=tenant_id, period=period, usage_count=count))
-    db.session.commit()
+def _set_usage(app, tenant_id, count, period="2026-11"):
+    with app.app_context():
+        db.session.merge(MonthlyUsage(tenant_id=tenant_id, period=period, usage_count=count))
+        db.session.commit()
 
 
 @pytest.mark.parametrize("method, path", ACCOUNT_ENDPOINTS)
@@ -31,7 +35,7 @@ def test_unknown_key_is_401_with_the_account_text(client, method, path, key):
 
 def test_usage_reports_the_plan_and_counts(client, make_tenant):
     tenant = make_tenant("starter")
-    _set_usage(tenant.tenant_id, 1234, period=_period())
+    _set_usage(client.application, tenant.tenant_id, 1234, period=_period())
     response = client.get("/v1/tenant/usage", headers=tenant.headers)
     assert response.status_code == 200
     assert response.get_json() == {
@@ -49,7 +53,7 @@ def test_usage_limits_follow_the_plan(client, make_tenant, plan, limit):
 
 def test_enterprise_usage_is_unlimited(client, make_tenant):
     tenant = make_tenant("enterprise")
-    _set_usage(tenant.tenant_id, 7, period=_period())
+    _set_usage(client.application, tenant.tenant_id, 7, period=_period())
     body = client.get("/v1/tenant/usage", headers=tenant.headers).get_json()
     assert body["usage_count"] == 7
     assert body["rate_limit"] is None and body["remaining"] is None
@@ -58,7 +62,7 @@ def test_enterprise_usage_is_unlimited(client, make_tenant):
 def test_usage_starts_at_zero_when_the_month_turns(client, make_tenant):
     with time_machine.travel("2026-11-30T23:59:00Z", tick=False):
         tenant = make_tenant("free")
-        _set_usage(tenant.tenant_id, 900, period="2026-11")
+        _set_usage(client.application, tenant.tenant_id, 900, period="2026-11")
         assert client.get("/v1/tenant/usage", headers=tenant.headers).get_json()["usage_count"] == 900
     with time_machine.travel("2026-12-01T00:00:30Z", tick=False):
         body = client.get("/v1/tenant/usage", headers=tenant.headers).get_json()
@@ -80,10 +84,14 @@ def test_rotation_invalidates_the_old_key_everywhere(client, tenant):
 
 def test_rotation_stores_only_a_digest(client, tenant):
     new_key = client.post("/v1/tenant/rotate-key", headers=tenant.headers).get_json()["new_key"]
-    row = db.session.execute(select(Tenant).where(Tenant.id == tenant.tenant_id)).scalar_one()
-    stored = " ".join(str(value) for value in row.__dict__.values())
+    with client.application.app_context():
+        rows = db.session.execute(select(ApiKey).where(ApiKey.tenant_id == tenant.tenant_id)
+                                  ).scalars().all()
+        stored = " ".join(str(value) for row in rows for value in row.__dict__.values())
     assert new_key not in stored and tenant.signing_secret not in stored
-    assert row.api_key_prefix == new_key[:15]
+    assert {row.prefix for row in rows if row.revoked_at is None} == {new_key[:15]}
+    assert {row.key_digest for row in rows if row.revoked_at is None} == {
+        hashlib.sha256(new_key.encode()).hexdigest()}
 
 
 def test_rotation_accepts_an_empty_json_body_but_not_garbage(client, tenant):
@@ -92,17 +100,33 @@ def test_rotation_accepts_an_empty_json_body_but_not_garbage(client, tenant):
     assert_envelope(response, 400, "request body must be a JSON object")
 
 
+@pytest.mark.parametrize("body", [{"x": 1}, {"new_key": "key_live_" + "0" * 48}])
+def test_rotation_refuses_any_field(client, tenant, body):
+    response = client.post("/v1/tenant/rotate-key", headers=tenant.headers, json=body)
+    assert_envelope(response, 400, f"unknown field: {next(iter(body))}")
+    assert client.get("/v1/tenant/usage", headers=tenant.headers).status_code == 200
+
+
+@pytest.mark.parametrize("request_body", [{"json": {}}, {"data": b""}])
+def test_rotation_takes_an_empty_body_or_an_empty_object(client, tenant, request_body):
+    response = client.post("/v1/tenant/rotate-key", headers=tenant.headers, **request_body)
+    assert response.status_code == 200 and response.get_json()["new_key"].startswith("key_live_")
+
+
 def test_deactivated_tenant_gets_401_and_reactivation_restores(client, tenant):
-    service.update_tenant(tenant.tenant_id, active=False)
+    with client.application.app_context(), unit_of_work():
+        service.update_tenant(tenant.tenant_id, active=False)
     assert_envelope(client.get("/v1/tenant/usage", headers=tenant.headers), 401,
                     "Invalid or inactive API key")
-    service.update_tenant(tenant.tenant_id, active=True)
+    with client.application.app_context(), unit_of_work():
+        service.update_tenant(tenant.tenant_id, active=True)
     assert client.get("/v1/tenant/usage", headers=tenant.headers).status_code == 200
 
 
 def test_plan_change_takes_effect_at_once(client, make_tenant):
     tenant = make_tenant("free")
-    service.update_tenant(tenant.email, plan="pro")
+    with client.application.app_context(), unit_of_work():
+        service.update_tenant(tenant.email, plan="pro")
     assert client.get("/v1/tenant/usage", headers=tenant.headers).get_json()["rate_limit"] == 500_000
 
 
@@ -118,7 +142,8 @@ def test_multi_tenancy_off_answers_503(settings, migrated):
     settings["MULTI_TENANCY"] = False
     app = create_app(settings)
     with app.app_context():
-        credentials = service.create_tenant("solo@example.com", "pro")
+        with unit_of_work():
+            credentials = service.create_tenant("solo@example.com", "pro")
         client = app.test_client()
         for method, path in ACCOUNT_ENDPOINTS:
             response = getattr(client, method)(path, headers={"X-Service-Key": credentials.api_key})

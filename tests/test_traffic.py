@@ -7,6 +7,7 @@ import pytest
 
 from app import create_app
 from app.extensions import db
+from app.sql import unit_of_work
 from tests.servers import free_port
 from tests.support import assert_envelope
 
@@ -39,7 +40,7 @@ def test_the_bucket_empties_and_refills(app, client, tenant):
 
 
 def test_buckets_are_per_tenant_and_survive_key_rotation(app, client, make_tenant):
-    from app.tenants import service
+    from app.tenants import keys
 
     app.config.update(RATE_LIMIT_CAPACITY=3, RATE_LIMIT_REFILL_PER_MINUTE=1)
     first, second = make_tenant("pro"), make_tenant("pro")
@@ -47,7 +48,8 @@ def test_buckets_are_per_tenant_and_survive_key_rotation(app, client, make_tenan
         client.get("/v1/tenant/usage", headers=first.headers)
     assert client.get("/v1/tenant/usage", headers=first.headers).status_code == 429
     assert client.get("/v1/tenant/usage", headers=second.headers).status_code == 200
-    new_key = service.rotate_key(first.tenant_id)
+    with app.app_context(), unit_of_work():
+        new_key = keys.rotate(first.tenant_id)
     rotated = client.get("/v1/tenant/usage", headers={"X-Service-Key": new_key})
     assert_envelope(rotated, 429, "rate limit exceeded")
 
@@ -57,9 +59,10 @@ def test_the_monthly_limit_keeps_its_own_text(app, client, make_tenant):
     from app.tenants.models import MonthlyUsage
 
     tenant = make_tenant("free")
-    db.session.add(MonthlyUsage(tenant_id=tenant.tenant_id, period=billing_period(),
-                                usage_count=1000))
-    db.session.commit()
+    with app.app_context():
+        db.session.add(MonthlyUsage(tenant_id=tenant.tenant_id, period=billing_period(),
+                                    usage_count=1000))
+        db.session.commit()
     response = client.post("/v1/intent/generate", headers=tenant.headers,
                            json={"user_token": "quota-user-token"})
     assert_envelope(response, 429, "monthly verification limit reached")
@@ -187,3 +190,13 @@ def test_redis_down_can_fail_open_for_a_bounded_time(settings, migrated, make_te
     time.sleep(1.2)
     assert_envelope(client.get("/v1/tenant/usage", headers=tenant.headers), 503,
                     "rate limit store unavailable")
+
+
+def test_cors_answers_vary_by_origin_whatever_the_origin(settings, migrated, tenant):
+    settings["CORS_ORIGINS"] = ["https://app.example.com"]
+    client = create_app(settings).test_client()
+    # A cache must not serve the answer for one Origin (or none) to another.
+    for origin in ("https://app.example.com", "https://evil.example.com", None):
+        headers = {**tenant.headers, **({"Origin": origin} if origin else {})}
+        response = client.get("/v1/tenant/usage", headers=headers)
+        assert "Origin" in response.headers.get("Vary", ""), (origin, response.headers)

@@ -5,15 +5,19 @@ Wire contract with a context store (documented in the README):
     Authorization: Bearer <user_token>          (the token never goes into the URL)
     Content-Type: application/json
     {}
-answered by 2xx `{"tags": ["<tag>", ...]}` (at most MAX_TAGS strings of at most MAX_TAG_LENGTH).
+answered by 2xx `{"tags": ["<tag>", ...]}` (at most MAX_TAGS strings of at most MAX_TAG_LENGTH),
+within CONTEXT_STORE_DEADLINE, at most 64 KiB long and nested no deeper than request bodies may be
+(app.strict_json.MAX_DEPTH).
 """
+import json
 import logging
 
 import requests
 from flask import current_app
 
-from app import metrics
+from app import metrics, strict_json
 from app.context_store import deriver
+from app.context_store.session import AnswerTooLarge, DeadlineExceeded
 from app.errors import BadGateway
 from app.extensions import context_store
 
@@ -43,9 +47,13 @@ def tags_for(user_token):
 
 def _fetch(url, user_token):
     try:
-        response = context_store.post(
+        status, body = context_store.post(
             url, json={}, headers={"Authorization": f"Bearer {user_token}"}
         )
+    except DeadlineExceeded:
+        raise ContextStoreFailure("deadline exceeded") from None
+    except AnswerTooLarge:
+        raise ContextStoreFailure("answer too large") from None
     except requests.ConnectTimeout:
         raise ContextStoreFailure("connect timeout") from None
     except requests.ReadTimeout:
@@ -54,13 +62,21 @@ def _fetch(url, user_token):
         raise ContextStoreFailure("connection failed") from None
     except requests.RequestException as exc:
         raise ContextStoreFailure(f"request error ({type(exc).__name__})") from None
-    if not 200 <= response.status_code < 300:
-        raise ContextStoreFailure(f"status {response.status_code}")
+    if not 200 <= status < 300:
+        raise ContextStoreFailure(f"status {status}")
+    return _checked_tags(_parsed(body))
+
+
+def _parsed(body):
     try:
-        answer = response.json()
+        answer = json.loads(body)
+    except RecursionError:
+        raise ContextStoreFailure("answer is nested too deeply") from None
     except ValueError:
         raise ContextStoreFailure("answer is not JSON") from None
-    return _checked_tags(answer)
+    if strict_json.deeper_than(answer, strict_json.MAX_DEPTH):
+        raise ContextStoreFailure("answer is nested too deeply")
+    return answer
 
 
 def _checked_tags(answer):

@@ -3,7 +3,9 @@ import click
 from flask.cli import AppGroup
 
 from app.cli_support import one_line_errors
+from app.clock import now_seconds
 from app.intents import service
+from app.sql import unit_of_work
 
 intents = AppGroup("intents", help="Maintain issued intents.")
 
@@ -15,5 +17,14 @@ intents = AppGroup("intents", help="Maintain issued intents.")
 @one_line_errors
 def purge(retention, batch_size):
     """Delete intents (and their replay records) expired longer ago than the margin."""
-    purged, stale = service.purge(retention, batch_size, progress=click.echo)
+    cutoff, purged = now_seconds() - retention, 0
+    while True:
+        with unit_of_work():  # one transaction a batch: no long lock on a large table
+            deleted = service.purge_expired_intents(cutoff, batch_size)
+        if not deleted:
+            break
+        purged += deleted
+        click.echo(f"purged {purged} intents")
+    with unit_of_work():
+        stale = service.purge_idempotency_records()
     click.echo(f"done: {purged} intents and {stale} idempotency records deleted")

@@ -1,181 +1,198 @@
-"""The verification gate: one transaction that consumes the intent and judges the response.
+"""The verification gate: consume the intent, count the verification, judge the response.
 
-Checks in CONTRACT.md's order; the first that fails is the block reason. Every verify that
-reaches the gate consumes the intent and counts one verification, cleared or blocked.
-Atomicity is the database's: the conditional UPDATE consumes an intent at most once however many
-workers race for it, the seen_responses primary key catches a replayed match_id, and the usage
-upsert never passes the plan limit.
+CONTRACT.md's checks are written once, in order, as SQL conditions (`_checks`); the first that
+holds is the block reason. The steps are written once too, as SQLAlchemy Core statements:
+count the verification (never past the plan), read the intent, consume it, record the match_id
+when every other check passed, name the reason. PostgreSQL runs them as one statement of
+data-modifying CTEs (one round trip, atomic, self-committing); SQLite runs the same steps in
+sequence inside one BEGIN IMMEDIATE transaction. Atomicity is the database's: the conditional
+UPDATE consumes an intent at most once however many workers race for it, the seen_responses key
+catches a replayed match_id, and the usage upsert never passes the plan limit.
 """
-import logging
-
 from flask import current_app
-from sqlalchemy import select, text, update
+from sqlalchemy import and_, bindparam, case, exists, literal, not_, select, true, update
 
-from app import crypto, metrics
-from app.clock import billing_period, now_seconds
-from app.extensions import db
-from app.intents import idempotency
+from app import crypto, database
+from app.clock import billing_period, now_seconds, utc_day
+from app.intents import reasons
 from app.intents.models import Intent, SeenResponse
-from app.intents.reasons import (
-    EXPIRED,
-    INVALID_SIGNATURE,
-    OUT_OF_WINDOW,
-    REPLAYED_INTENT,
-    REPLAYED_RESPONSE,
-    UNKNOWN,
-)
-from app.intents.signature import canonical_json, matches, signing_message
-from app.sql import upsert_insert
+from app.intents.signature import canonical_json, ed25519_matches, matches, signing_message
 from app.tenants import metering
 from app.tenants.plans import monthly_limit
-
-log = logging.getLogger(__name__)
 
 
 def result(cleared, reason, payload):
     return {"cleared": cleared, "reason": reason, "payload": payload if cleared else None}
 
 
-def verify(principal, original_intent_hash, response, body, idempotency_key=None):
-    """Return (verification result, replayed) for a validated verify request."""
-    canonical_payload = canonical_json(response["payload"])
-    metering.ensure_within_plan(principal)
-    if idempotency_key is not None:
-        earlier = idempotency.claim(principal.owner, idempotency_key, idempotency.body_digest(body))
-        if earlier is not None:
-            db.session.rollback()
-            return result(earlier.cleared, earlier.reason, response["payload"]), True
-    check = _Check(principal, original_intent_hash, response, canonical_payload)
-    if db.session.get_bind().dialect.name == "postgresql":
-        reason = _judge_in_one_statement(check)
-    else:
-        reason = _judge_step_by_step(check)
-        metering.count_verification(principal)
-    if idempotency_key is not None:
-        idempotency.record_verdict(principal.owner, idempotency_key, reason is None, reason)
-    db.session.commit()
-    metrics.record_verdict(reason)
-    log.info("verification", extra={"cleared": reason is None, "reason": reason})
-    return result(reason is None, reason, response["payload"]), False
-
-
-class _Check:
-    """What the gate knows before touching the database. The signature needs no stored data,
-    so it is computed up front; the checks still decide in CONTRACT.md's order."""
-
-    def __init__(self, principal, intent_hash, response, canonical_payload):
-        self.principal = principal
-        self.intent_hash = intent_hash
-        self.match_id = response["match_id"]
-        self.timestamp = response["timestamp"]
-        self.now = now_seconds()
-        self.skew = current_app.config["CLOCK_SKEW_SECONDS"]
-        message = signing_message(_scheme(principal), intent_hash, self.match_id, self.timestamp,
-                                  canonical_payload)
-        self.signature_ok = matches(_signing_secrets(principal, self.now), message,
-                                    response["signature"])
-
-    def in_window(self, issued_at):
-        return issued_at - self.skew <= self.timestamp <= self.now + self.skew
-
-    def may_clear(self, consumed):
-        """Everything but the match_id replay check passes (mirrored in _VERIFY_SQL)."""
-        return self.reason(consumed, first_sighting=True) is None
-
-    def why_not_consumed(self, known_expires_at):
-        """The intent was not ours to consume: unknown, expired (checked first) or used."""
-        if known_expires_at is None:
-            return UNKNOWN
-        return EXPIRED if self.now > known_expires_at else REPLAYED_INTENT
-
-    def reason(self, consumed, first_sighting):
-        if self.now > consumed.expires_at:
-            return EXPIRED
-        if not self.signature_ok:
-            return INVALID_SIGNATURE
-        if not self.in_window(consumed.issued_at):
-            return OUT_OF_WINDOW
-        return None if first_sighting else REPLAYED_RESPONSE
-
-
-def _judge_step_by_step(check):
-    """Portable path (SQLite): one statement per step, in the request's transaction."""
-    intents = Intent.__table__
-    consumed = db.session.execute(
-        update(intents)
-        .where(intents.c.intent_hash == check.intent_hash, intents.c.owner == check.principal.owner,
-               intents.c.consumed_at.is_(None))
-        .values(consumed_at=check.now)
-        .returning(intents.c.id, intents.c.issued_at, intents.c.expires_at)
-    ).first()
-    if consumed is None:
-        return check.why_not_consumed(db.session.execute(
-            select(intents.c.expires_at).where(intents.c.intent_hash == check.intent_hash,
-                                               intents.c.owner == check.principal.owner)
-        ).scalar())
-    first_sighting = check.may_clear(consumed) and db.session.execute(
-        upsert_insert(SeenResponse.__table__)
-        .values(owner=check.principal.owner, match_id=check.match_id, intent_id=consumed.id)
-        .on_conflict_do_nothing()
-    ).rowcount == 1
-    return check.reason(consumed, first_sighting)
-
-
-# PostgreSQL: count the verification, consume the intent, and record the match_id when every
-# other check passed, in one statement. The intent is consumed only if the count went in, so a
-# verify refused at the plan limit changes nothing even without a rollback; that lets a verify
-# without an Idempotency-Key run as a single self-committing statement (see single_statement).
-_VERIFY_SQL = """
-WITH {usage_cte}consumed AS (
-    UPDATE intents SET consumed_at = :now
-    WHERE intent_hash = :intent_hash AND owner = :owner AND consumed_at IS NULL{counted}
-    RETURNING id, issued_at, expires_at
-), sighting AS (
-    INSERT INTO seen_responses (owner, match_id, intent_id)
-    SELECT :owner, :match_id, id FROM consumed
-    WHERE :signature_ok AND :now <= expires_at
-      AND :timestamp BETWEEN issued_at - :skew AND :now + :skew
-    ON CONFLICT DO NOTHING
-    RETURNING intent_id
-)
-SELECT consumed.id, consumed.issued_at, consumed.expires_at,
-       EXISTS (SELECT 1 FROM sighting) AS first_sighting,
-       -- the statement's snapshot predates the UPDATE: this is NULL only for an unknown intent
-       (SELECT expires_at FROM intents WHERE intent_hash = :intent_hash AND owner = :owner)
-           AS known_expires_at{usage_column}
-FROM (SELECT 1) AS one LEFT JOIN consumed ON true
-"""
-_USAGE_CTE = """usage AS (
-    INSERT INTO monthly_usage (tenant_id, period, usage_count) VALUES (:tenant_id, :period, 1)
-    ON CONFLICT (tenant_id, period) DO UPDATE SET usage_count = monthly_usage.usage_count + 1
-    WHERE CAST(:plan_limit AS BIGINT) IS NULL OR monthly_usage.usage_count < :plan_limit
-    RETURNING usage_count
-), """
-_METERED_SQL = text(_VERIFY_SQL.format(
-    usage_cte=_USAGE_CTE, counted=" AND EXISTS (SELECT 1 FROM usage)",
-    usage_column=",\n       (SELECT usage_count FROM usage) AS usage_count"))
-_UNMETERED_SQL = text(_VERIFY_SQL.format(usage_cte="", counted="", usage_column=""))
-
-
-def _judge_in_one_statement(check):
-    principal = check.principal
-    params = {"now": check.now, "intent_hash": check.intent_hash, "owner": principal.owner,
-              "match_id": check.match_id, "signature_ok": check.signature_ok,
-              "timestamp": check.timestamp, "skew": check.skew}
+def verify(principal, original_intent_hash, response):
+    """Judge a validated ScaleResponse; return the block reason, or None when cleared.
+    Raises 429 when the tenant's plan is used up (then nothing was consumed or counted)."""
+    now = now_seconds()
+    params = {
+        "now": now, "intent_hash": original_intent_hash, "owner": principal.owner,
+        "match_id": response["match_id"],
+        "signature_ok": _signature_ok(principal, original_intent_hash, response, now),
+        "timestamp": response["timestamp"],  # within +/-(2**53 - 1): the schema says so
+        "skew": current_app.config["CLOCK_SKEW_SECONDS"],
+    }
     metered = principal.kind == "tenant"
     if metered:
-        params.update(tenant_id=principal.id, period=billing_period(),
+        params.update(tenant_id=principal.id, period=billing_period(), day=utc_day(),
                       plan_limit=monthly_limit(principal.tenant.plan))
-    row = db.session.connection().execute(_METERED_SQL if metered else _UNMETERED_SQL, params).one()
-    if metered and row.usage_count is None:
+    if database.current().composes_writes:
+        return _in_one_statement(metered, params)
+    return _step_by_step(metered, params)
+
+
+def _checks(expires_at, issued_at, consumed_id, first_sighting):
+    """CONTRACT.md's checks in order, as (reason, SQL condition that blocks)."""
+    now, skew, timestamp = bindparam("now"), bindparam("skew"), bindparam("timestamp")
+    return (
+        (reasons.UNKNOWN, expires_at.is_(None)),
+        (reasons.EXPIRED, now > expires_at),
+        (reasons.REPLAYED_INTENT, consumed_id.is_(None)),
+        (reasons.INVALID_SIGNATURE, not_(bindparam("signature_ok"))),
+        (reasons.OUT_OF_WINDOW, not_(timestamp.between(issued_at - skew, now + skew))),
+        (reasons.REPLAYED_RESPONSE, not_(first_sighting)),
+    )
+
+
+def _may_record(expires_at, issued_at, consumed_id):
+    """The match_id is recorded only when every check before its own replay check passes."""
+    checks = _checks(expires_at, issued_at, consumed_id, first_sighting=true())
+    return and_(*(not_(blocks) for _, blocks in checks[:-1]))
+
+
+def _reason(checks):
+    return case(*((blocks, literal(reason)) for reason, blocks in checks)).label("reason")
+
+
+# -- the steps --------------------------------------------------------------------------------
+
+def _this_intent():
+    intents = Intent.__table__
+    return and_(intents.c.intent_hash == bindparam("intent_hash"),
+                intents.c.owner == bindparam("owner"))
+
+
+def _read_intent():
+    intents = Intent.__table__
+    return select(intents.c.issued_at, intents.c.expires_at).where(_this_intent())
+
+
+def _consume():
+    intents = Intent.__table__
+    return (update(intents).where(_this_intent(), intents.c.consumed_at.is_(None))
+            .values(consumed_at=bindparam("now")).returning(intents.c.id))
+
+
+def _record_sighting(intent_id, may_record):
+    seen = SeenResponse.__table__
+    sighting = select(bindparam("owner"), bindparam("match_id"), intent_id).where(may_record)
+    return (database.current().insert(seen)
+            .from_select([seen.c.owner, seen.c.match_id, seen.c.intent_id], sighting)
+            .on_conflict_do_nothing().returning(seen.c.intent_id))
+
+
+# -- PostgreSQL: the steps as one statement ---------------------------------------------------
+
+def _composed(metered):
+    known = _read_intent().cte("known")
+    consume = _consume()
+    columns = []
+    if metered:
+        counted = metering.count_statement().cte("counted")
+        # Consumed only if counted: a verify refused at the plan limit changes nothing.
+        consume = consume.where(exists(select(counted.c.usage_count)))
+        columns.append(select(counted.c.usage_count).scalar_subquery().label("usage_count"))
+    consumed = consume.cte("consumed")
+    # The statement's snapshot predates the UPDATE: `known` reads the intent as it was.
+    expires_at = select(known.c.expires_at).scalar_subquery()
+    issued_at = select(known.c.issued_at).scalar_subquery()
+    consumed_id = select(consumed.c.id).scalar_subquery()
+    sighting = _record_sighting(
+        consumed.c.id, _may_record(expires_at, issued_at, consumed.c.id)).cte("sighting")
+    checks = _checks(expires_at, issued_at, consumed_id, exists(select(sighting.c.intent_id)))
+    if not metered:
+        return select(_reason(checks), *columns)
+    verdict = select(_reason(checks)).cte("verdict")
+    # The day's row by outcome, in the statement that counts the month: they always agree.
+    daily = metering.count_daily_statement(verdict.c.reason, verdict,
+                                           exists(select(counted.c.usage_count))).cte("daily")
+    return select(verdict.c.reason, *columns).add_cte(daily)
+
+
+# A tenant's verify, the hot path, is a function PostgreSQL plans once per connection; an admin
+# key's (unmetered, rare) runs the statement itself.
+VERIFY_FUNCTION = database.Function(
+    "intentgate_verify", lambda: _composed(metered=True),
+    arguments=[("now", "bigint"), ("intent_hash", "text"), ("owner", "text"),
+               ("match_id", "text"), ("signature_ok", "boolean"), ("timestamp", "bigint"),
+               ("skew", "bigint"), ("tenant_id", "integer"), ("period", "text"), ("day", "text"),
+               ("plan_limit", "bigint")],
+    returns=[("reason", "text"), ("usage_count", "bigint")],
+)
+
+
+def _in_one_statement(metered, params):
+    if not metered:
+        return database.first("gate_unmetered", lambda: _composed(metered=False), params).reason
+    row = database.call(VERIFY_FUNCTION, params)
+    if row.usage_count is None:
         metering.refuse_over_limit()
-    if row.id is None:
-        return check.why_not_consumed(row.known_expires_at)
-    return check.reason(row, row.first_sighting)
+    return row.reason
 
 
-def _scheme(principal):
-    return principal.account.signature_scheme if principal.kind == "tenant" else "bound"
+# -- SQLite: the same steps in sequence, in one transaction -----------------------------------
+
+def _stepped(build):
+    """`build` over the values earlier steps returned (bound parameters on this path)."""
+    return build(bindparam("expires_at"), bindparam("issued_at"), bindparam("consumed_id"))
+
+
+def _step_by_step(metered, params):
+    if metered and database.first("count", metering.count_statement, params) is None:
+        metering.refuse_over_limit()
+    known = database.first("read_intent", _read_intent, params)
+    consumed = database.first("consume_intent", _consume, params)
+    params.update(expires_at=known and known.expires_at, issued_at=known and known.issued_at,
+                  consumed_id=consumed and consumed.id, first_sighting=False)
+    params["first_sighting"] = bool(database.execute(
+        "record_sighting",
+        lambda: _record_sighting(bindparam("consumed_id"), _stepped(_may_record)), params))
+    reason = database.first("reason", lambda: select(_reason(_stepped(
+        lambda *values: _checks(*values, bindparam("first_sighting"))))), params).reason
+    if metered:
+        database.execute("count_daily", lambda: metering.count_daily_statement(
+            bindparam("reason")), {**params, "reason": reason})
+    return reason
+
+
+def _signature_ok(principal, intent_hash, response, now):
+    """The response is signed under the caller's scheme, or under the previous one while its
+    grace lasts (a tenant moving between schemes without downtime)."""
+    canonical_payload = canonical_json(response["payload"])
+    for scheme in _schemes(principal, now):
+        message = signing_message(scheme, intent_hash, response["match_id"],
+                                  response["timestamp"], canonical_payload)
+        if scheme == "ed25519":
+            public_keys = (principal.account.signing_public_keys or "").split(",")
+            if ed25519_matches([key for key in public_keys if key], message,
+                               response["signature"]):
+                return True
+        elif matches(_signing_secrets(principal, now), message, response["signature"]):
+            return True
+    return False
+
+
+def _schemes(principal, now):
+    if principal.kind != "tenant":
+        return ("bound",)  # admin keys sign with their own secret, bound scheme
+    account = principal.account
+    if account.previous_signature_scheme and (account.previous_scheme_valid_until or 0) >= now:
+        return (account.signature_scheme, account.previous_signature_scheme)
+    return (account.signature_scheme,)
 
 
 def _signing_secrets(principal, now):

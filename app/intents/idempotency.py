@@ -7,17 +7,25 @@ execution, whatever the timing. Only a digest of the body and the verdict are ke
 import hashlib
 
 from flask import request
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 
+from app import database
 from app.clock import now_seconds
 from app.errors import BadRequest, Unprocessable
-from app.extensions import db
 from app.intents.models import IdempotencyRecord
 from app.intents.signature import canonical_json
-from app.sql import upsert_insert
 
 HEADER = "Idempotency-Key"
 WINDOW_SECONDS = 24 * 3600
+# The OpenAPI description of the header, and of the answer's mark on a replay.
+PARAMETER = {"name": HEADER, "in": "header", "required": False,
+             "description": "Retries with the same key and body within 24 h replay the verdict.",
+             "schema": {"type": "string", "minLength": 1, "maxLength": 255}}
+REPLAYED = {"Idempotent-Replayed": "true"}
+RESPONSE_HEADERS = {"Idempotent-Replayed": {
+    "description": "`true` when this verify result replays an earlier one.",
+    "schema": {"type": "string", "enum": ["true"]}}}
+_RECORDS = IdempotencyRecord.__table__
 
 
 def key_from_request():
@@ -33,39 +41,55 @@ def body_digest(body):
     return hashlib.sha256(canonical_json(body, field="request body")).hexdigest()
 
 
+def _this_record():
+    return ((_RECORDS.c.owner == bindparam("owner"))
+            & (_RECORDS.c.idempotency_key == bindparam("idempotency_key")))
+
+
+def _insert_claim():
+    return (database.current().insert(_RECORDS)
+            .values(owner=bindparam("owner"), idempotency_key=bindparam("idempotency_key"),
+                    body_digest=bindparam("body_digest"), created_at=bindparam("now"))
+            .on_conflict_do_nothing().returning(_RECORDS.c.created_at))
+
+
+def _read_record():
+    return select(_RECORDS.c.body_digest, _RECORDS.c.cleared, _RECORDS.c.reason,
+                  _RECORDS.c.created_at).where(_this_record())
+
+
+def _renew_claim():
+    # Past its window the key starts a new execution (purge removes such rows in bulk).
+    return (update(_RECORDS).where(_this_record(), _RECORDS.c.created_at == bindparam("seen_at"))
+            .values(body_digest=bindparam("body_digest"), created_at=bindparam("now"),
+                    cleared=None, reason=None)
+            .returning(_RECORDS.c.created_at))
+
+
+def _record_verdict():
+    return (update(_RECORDS).where(_this_record())
+            .values(cleared=bindparam("cleared"), reason=bindparam("reason")))
+
+
 def claim(owner, key, digest):
-    """Claim the key for this execution; return the earlier record if there is one."""
-    now = now_seconds()
-    inserted = db.session.execute(
-        upsert_insert(IdempotencyRecord)
-        .values(owner=owner, idempotency_key=key, body_digest=digest, created_at=now)
-        .on_conflict_do_nothing()
-    ).rowcount
-    if inserted:
+    """Claim the key for this execution (inside the verify transaction); return the earlier
+    record (body_digest, cleared, reason) if there is one."""
+    params = {"owner": owner, "idempotency_key": key, "body_digest": digest,
+              "now": now_seconds()}
+    if database.first("idempotency_claim", _insert_claim, params) is not None:
         return None
-    record = db.session.execute(
-        select(IdempotencyRecord).where(IdempotencyRecord.owner == owner,
-                                        IdempotencyRecord.idempotency_key == key)
-    ).scalar_one()
-    if record.created_at < now - WINDOW_SECONDS:
-        # Past its window: the key starts a new execution (purge removes such rows in bulk).
-        taken = db.session.execute(
-            update(IdempotencyRecord)
-            .where(IdempotencyRecord.owner == owner, IdempotencyRecord.idempotency_key == key,
-                   IdempotencyRecord.created_at == record.created_at)
-            .values(body_digest=digest, created_at=now, cleared=None, reason=None)
-        ).rowcount
-        if taken:
+    record = database.first("idempotency_read", _read_record, params)
+    if record.created_at < params["now"] - WINDOW_SECONDS:
+        params["seen_at"] = record.created_at
+        if database.first("idempotency_renew", _renew_claim, params) is not None:
             return None
-        db.session.refresh(record)
+        record = database.first("idempotency_read", _read_record, params)
     if record.body_digest != digest:
         raise Unprocessable("Idempotency-Key was already used with a different request body")
     return record
 
 
-def record_verdict(owner, key, cleared, reason):
-    db.session.execute(
-        update(IdempotencyRecord)
-        .where(IdempotencyRecord.owner == owner, IdempotencyRecord.idempotency_key == key)
-        .values(cleared=cleared, reason=reason)
-    )
+def record_verdict(owner, key, reason):
+    database.execute("idempotency_verdict", _record_verdict,
+                     {"owner": owner, "idempotency_key": key, "cleared": reason is None,
+                      "reason": reason})

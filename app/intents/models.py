@@ -1,4 +1,5 @@
-from sqlalchemy import BigInteger, Boolean, ForeignKey, Integer, String
+from sqlalchemy import (BigInteger, Boolean, FetchedValue, ForeignKeyConstraint, Index, Integer,
+                        String, UniqueConstraint)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.extensions import db
@@ -8,14 +9,24 @@ BigId = BigInteger().with_variant(Integer, "sqlite")
 
 
 class Intent(db.Model):
-    """An issued intent signature. Holds no personal data: the user token is never stored."""
+    """An issued intent signature. Holds no personal data: the user token is never stored.
+
+    Keys lead with `owner`, the column the table is distributed by (deploy/README: Citus):
+    every key and unique constraint of a per-tenant table holds it."""
 
     __tablename__ = "intents"
+    __table_args__ = (
+        UniqueConstraint("owner", "intent_hash"),
+        Index("ix_intents_id", "id"),  # the purge deletes by id
+    )
 
-    id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    intent_hash: Mapped[str] = mapped_column(String(71), unique=True)
     # "tenant:<id>" or "admin:<id>": who may verify it, and whose usage it counts against.
-    owner: Mapped[str] = mapped_column(String(40))
+    owner: Mapped[str] = mapped_column(String(40), primary_key=True)
+    # PostgreSQL numbers intents from the sequence the table has always had; SQLite, which
+    # numbers only a lone INTEGER PRIMARY KEY, gets the next id in the INSERT itself.
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=False,
+                                    server_default=FetchedValue())
+    intent_hash: Mapped[str] = mapped_column(String(71))
     intent_class: Mapped[str] = mapped_column(String(16))
     issued_at: Mapped[int] = mapped_column(BigInteger)
     expires_at: Mapped[int] = mapped_column(BigInteger, index=True)
@@ -26,12 +37,14 @@ class SeenResponse(db.Model):
     """A match_id an owner has already had verified: the unique key is the replay check."""
 
     __tablename__ = "seen_responses"
+    __table_args__ = (
+        ForeignKeyConstraint(["owner", "intent_id"], ["intents.owner", "intents.id"],
+                             ondelete="CASCADE"),
+    )
 
     owner: Mapped[str] = mapped_column(String(40), primary_key=True)
     match_id: Mapped[str] = mapped_column(String(256), primary_key=True)
-    intent_id: Mapped[int] = mapped_column(
-        BigId, ForeignKey("intents.id", ondelete="CASCADE"), index=True
-    )
+    intent_id: Mapped[int] = mapped_column(BigId, index=True)
 
 
 class IdempotencyRecord(db.Model):

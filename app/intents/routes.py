@@ -1,38 +1,59 @@
 """The intent endpoints: generate (before the AI call) and verify (after it)."""
-from flask import Blueprint, g, jsonify
+from flask import g
 
+from app import database
 from app.auth import authenticate
 from app.http import json_body
-from app.sql import single_statement
 from app.intents import gate, idempotency, service
 from app.intents.schemas import (
-    generate_schema,
-    intent_signature_schema,
-    verification_result_schema,
-    verify_schema,
+    GenerateSchema,
+    IntentSignatureSchema,
+    VerificationResultSchema,
+    VerifySchema,
 )
+from app.openapi import Blueprint
+from app.traffic.limits import rate_limited
 
 bp = Blueprint("intent", __name__, url_prefix="/v1/intent")
 
+MONTH_USED_UP = "`monthly verification limit reached`: the tenant's plan is used up this month."
+
 
 @bp.post("/generate")
+@bp.response(200, IntentSignatureSchema)
+@bp.error(429, MONTH_USED_UP + " Also `rate limit exceeded`.")
+@bp.error(502, "`context store request failed`: nothing was created or metered.")
 @authenticate()
-def generate():
-    request_fields = generate_schema.load(json_body())
-    return intent_signature_schema.dump(service.generate(g.principal, **request_fields))
+@rate_limited
+@bp.arguments(GenerateSchema)
+def generate(request_fields):
+    """Issue a single-use intent signature"""
+    return service.generate(g.principal, **request_fields)
 
 
 @bp.post("/verify")
-# Without an Idempotency-Key a verify writes with one statement (gate._VERIFY_SQL).
-@single_statement(unless_header=idempotency.HEADER)
+@bp.response(200, VerificationResultSchema, headers=idempotency.RESPONSE_HEADERS)
+@bp.doc(parameters=[idempotency.PARAMETER])
+@bp.error(422, "Idempotency-Key reused with a different body.")
+@bp.error(429, MONTH_USED_UP + " Also `rate limit exceeded`.")
 @authenticate()
-def verify():
+@rate_limited
+@bp.arguments(VerifySchema)
+def verify(request_fields):
+    """Pass an AI response through the verification gate (200 for cleared and blocked)"""
     idempotency_key = idempotency.key_from_request()
-    body = json_body()
-    request_fields = verify_schema.load(body)
-    verdict, replayed = gate.verify(g.principal, request_fields["original_intent_hash"],
-                                    request_fields["response"], body, idempotency_key)
-    response = jsonify(verification_result_schema.dump(verdict))
-    if replayed:
-        response.headers["Idempotent-Replayed"] = "true"
-    return response
+    principal, payload = g.principal, request_fields["response"]["payload"]
+    # The view owns the transaction. Without an Idempotency-Key the gate is one statement on
+    # PostgreSQL, its own transaction; a retry's stored verdict is looked up first, before the
+    # gate applies the plan limit.
+    with database.transaction(single_statement=idempotency_key is None):
+        earlier = idempotency_key and idempotency.claim(
+            principal.owner, idempotency_key, idempotency.body_digest(json_body()))
+        if earlier:
+            return gate.result(bool(earlier.cleared), earlier.reason, payload), idempotency.REPLAYED
+        reason = gate.verify(principal, request_fields["original_intent_hash"],
+                             request_fields["response"])
+        if idempotency_key:
+            idempotency.record_verdict(principal.owner, idempotency_key, reason)
+    g.verdict = reason or "cleared"  # for the access log line and the metrics
+    return gate.result(reason is None, reason, payload)

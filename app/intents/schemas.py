@@ -1,28 +1,21 @@
 import re
 
+from intentgate.signing import MAX_SAFE_INTEGER
 from marshmallow import Schema, ValidationError, fields, post_load, validate, validates
 
 from app.context_store.taxonomy import INTENT_CLASSES
 from app.intents.reasons import BLOCK_REASONS
-from app.schemas import RequestSchema
+from app.schemas import (
+    NO_CONTROL_CHARACTERS_PATTERN,
+    RequestSchema,
+    StrictInteger,
+    no_control_characters,
+)
 
 TOKEN_CHARACTERS = re.compile(r"[A-Za-z0-9\-_.=+/~]+")
 TOKEN_MIN, TOKEN_MAX = 10, 4096
 TTL_MIN, TTL_MAX, TTL_DEFAULT = 1, 86400, 3600
 TTL_MESSAGE = f"ttl must be between {TTL_MIN} and {TTL_MAX} seconds"
-
-
-class StrictInteger(fields.Integer):
-    """A JSON integer: no strings, floats or booleans (bool is an int subclass in Python)."""
-
-    def __init__(self, **kwargs):
-        super().__init__(strict=True, **kwargs)
-
-    def _validated(self, value):
-        # type() rather than isinstance: excludes bool, and skips the slow numbers.Integral check.
-        if type(value) is not int:
-            raise self.make_error("invalid")
-        return value
 
 
 class GenerateSchema(RequestSchema):
@@ -61,9 +54,20 @@ class IntentSignatureSchema(Schema):
     expires_at = fields.Integer(required=True, metadata={"description": "Unix seconds."})
 
 
-generate_schema = GenerateSchema()
-intent_signature_schema = IntentSignatureSchema()
-
+# What a payload value may be, for the OpenAPI document (component "PayloadValue"): any JSON,
+# with numbers inside the range whose canonical form is exact (larger integers are 400).
+PAYLOAD_VALUE = {
+    "description": "Any JSON value. Integers must be within ±(2^53-1): send larger values as "
+                   "strings. At most 64 levels of nesting in the whole body.",
+    "nullable": True,
+    "anyOf": [
+        {"type": "string"},
+        {"type": "boolean"},
+        {"type": "number", "minimum": -MAX_SAFE_INTEGER, "maximum": MAX_SAFE_INTEGER},
+        {"type": "array", "items": {"$ref": "#/components/schemas/PayloadValue"}},
+        {"type": "object", "additionalProperties": {"$ref": "#/components/schemas/PayloadValue"}},
+    ],
+}
 
 HASH_PREFIX = "sha256:"
 _HEX64 = re.compile(r"[0-9a-fA-F]{64}")
@@ -78,25 +82,34 @@ class ScaleResponseSchema(RequestSchema):
 
     match_id = fields.String(
         required=True,
-        validate=validate.Length(min=1, max=256,
-                                 error="response.match_id must be 1 to 256 characters"),
+        validate=[validate.Length(min=1, max=256,
+                                  error="response.match_id must be 1 to 256 characters"),
+                  no_control_characters("response.match_id")],
         error_messages={**_required("response.match_id"),
                         "invalid": "response.match_id must be a string"},
+        metadata={"pattern": NO_CONTROL_CHARACTERS_PATTERN},
     )
     payload = fields.Dict(
         required=True,
+        metadata={"additionalProperties": {"$ref": "#/components/schemas/PayloadValue"}},
         error_messages={**_required("response.payload"),
                         "invalid": "response.payload must be a JSON object"},
     )
     timestamp = StrictInteger(
         required=True,
+        # Bounded like payload integers, so the whole body has one exact canonical form (the
+        # Idempotency-Key digest) and the signed message spells exactly this number.
+        validate=validate.Range(min=-MAX_SAFE_INTEGER, max=MAX_SAFE_INTEGER,
+                                error="response.timestamp must be Unix seconds within ±(2^53-1)"),
         error_messages={**_required("response.timestamp"),
                         "invalid": "response.timestamp must be an integer (Unix seconds)"},
     )
     signature = fields.String(
         required=True,
+        validate=no_control_characters("response.signature"),
         error_messages={**_required("response.signature"),
                         "invalid": "response.signature must be a string"},
+        metadata={"pattern": NO_CONTROL_CHARACTERS_PATTERN},
     )
 
     error_messages = {**RequestSchema.error_messages, "type": "response must be a JSON object"}
@@ -134,7 +147,3 @@ class VerificationResultSchema(Schema):
                            metadata={"description": "Why the response was blocked; null when cleared."})
     payload = fields.Dict(required=True, allow_none=True,
                           metadata={"description": "The verified AI payload; null when blocked."})
-
-
-verify_schema = VerifySchema()
-verification_result_schema = VerificationResultSchema()

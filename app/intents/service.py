@@ -1,19 +1,18 @@
 """Issuing intent signatures, and purging the expired ones."""
 import hashlib
-import logging
 import secrets
 import time
 
-from flask import current_app
-from sqlalchemy import delete, select
+from flask import current_app, g
+from sqlalchemy import bindparam, delete, func, insert, select
 
+from app import database
 from app.clock import now_seconds
 from app.context_store import client as context_store
 from app.extensions import db
 from app.intents.models import IdempotencyRecord, Intent, SeenResponse
 from app.tenants import metering
 
-log = logging.getLogger(__name__)
 
 HASH_PREFIX = "sha256:"
 IDEMPOTENCY_WINDOW = 24 * 3600
@@ -25,49 +24,48 @@ def new_intent_hash(owner):
     return HASH_PREFIX + hashlib.sha256(material).hexdigest()
 
 
+def _insert_intent():
+    intents = Intent.__table__
+    values = {name: bindparam(name) for name in (
+        "intent_hash", "owner", "intent_class", "issued_at", "expires_at")}
+    if database.current().dialect_name == "sqlite":
+        # The key is (owner, id), and SQLite numbers only a lone INTEGER PRIMARY KEY: the
+        # next id comes from the statement itself (SQLite runs one writer at a time).
+        values["id"] = select(func.coalesce(func.max(intents.c.id), 0) + 1).scalar_subquery()
+    return insert(intents).values(values)
+
+
 def generate(principal, user_token, ttl):
-    metering.ensure_within_plan(principal)
-    # End the read transaction before the (possibly slow) context store call, so no database
-    # lock or pooled connection is held while we wait on another service.
-    db.session.commit()
+    """Issue an intent signature: one INSERT, after the context store answered (no database
+    transaction or lock is held while we wait on another service)."""
+    metering.refuse_if_over_plan(principal)
     tags = context_store.tags_for(user_token)
     intent_class = current_app.extensions["taxonomy"].classify(tags)
     issued_at = now_seconds()
-    intent = Intent(
-        intent_hash=new_intent_hash(principal.owner),
-        owner=principal.owner,
-        intent_class=intent_class,
-        issued_at=issued_at,
-        expires_at=issued_at + ttl,
-    )
-    db.session.add(intent)
-    db.session.commit()
-    log.info("intent issued", extra={"intent_class": intent_class, "ttl": ttl})
-    return {"intent_hash": intent.intent_hash, "intent_class": intent_class,
-            "expires_at": intent.expires_at}
+    intent = {"intent_hash": new_intent_hash(principal.owner), "owner": principal.owner,
+              "intent_class": intent_class, "issued_at": issued_at,
+              "expires_at": issued_at + ttl}
+    database.execute("insert_intent", _insert_intent, intent)
+    g.intent_class = intent_class  # for the access log line
+    return intent
 
 
-def purge(retention_seconds, batch_size=1000, progress=None):
-    """Delete intents expired more than `retention_seconds` ago, with their replay records,
-    and idempotency records past their 24 h window; in batches, each its own transaction."""
-    cutoff = now_seconds() - retention_seconds
-    purged = 0
-    while True:
-        ids = db.session.execute(
-            select(Intent.id).where(Intent.expires_at < cutoff).limit(batch_size)
-        ).scalars().all()
-        if not ids:
-            break
+def purge_expired_intents(cutoff, batch_size):
+    """Delete up to `batch_size` intents that expired before `cutoff`, with their replay
+    records; return how many (0 when none is left)."""
+    ids = db.session.execute(
+        select(Intent.id).where(Intent.expires_at < cutoff).limit(batch_size)
+    ).scalars().all()
+    if ids:
         db.session.execute(delete(SeenResponse).where(SeenResponse.intent_id.in_(ids)))
         db.session.execute(delete(Intent).where(Intent.id.in_(ids)))
-        db.session.commit()
-        purged += len(ids)
-        if progress:
-            progress(f"purged {purged} intents")
-    stale = db.session.execute(
+    return len(ids)
+
+
+def purge_idempotency_records():
+    """Delete idempotency records past their 24 h window; return how many."""
+    return db.session.execute(
         delete(IdempotencyRecord).where(
             IdempotencyRecord.created_at < now_seconds() - IDEMPOTENCY_WINDOW
         )
     ).rowcount
-    db.session.commit()
-    return purged, stale

@@ -1,43 +1,77 @@
-"""Monthly plan limits: counting verifications and refusing what the plan does not cover."""
+"""Monthly plan limits: the rule, the counting statement, and the 429 that refuses the rest."""
 from datetime import datetime, timezone
 
-from app.clock import billing_period
+from sqlalchemy import BigInteger, bindparam, case, literal, or_, select
+
+from app import database
 from app.errors import TooManyRequests
-from app.extensions import db
-from app.sql import upsert_insert
-from app.tenants.models import MonthlyUsage
+from app.intents import reasons
+from app.tenants.models import DailyUsage, MonthlyUsage
 from app.tenants.plans import monthly_limit
 
 LIMIT_REACHED = "monthly verification limit reached"
 
 
-def ensure_within_plan(principal):
-    """Refuse with 429 when the tenant's verifications this month have reached its plan."""
-    if principal.kind != "tenant":
-        return  # admin keys are unmetered
-    limit = monthly_limit(principal.tenant.plan)
-    if limit is not None and principal.usage_count >= limit:
-        refuse_over_limit()
+def within_plan(usage_count, limit):
+    """The plan rule: one more verification fits. `usage_count` is a number or a SQL column."""
+    return usage_count < limit
 
 
-def count_verification(principal):
-    """Add one verification to this month's counter in one statement that never passes the
-    plan limit; raise 429 when the limit is already reached (the caller's transaction is then
-    rolled back, so nothing of the verify is kept)."""
+def refuse_if_over_plan(principal):
+    """429 when a tenant's verifications this month have reached its plan (admins: unmetered)."""
     if principal.kind != "tenant":
         return
     limit = monthly_limit(principal.tenant.plan)
-    usage = MonthlyUsage.__table__
-    statement = upsert_insert(usage).values(
-        tenant_id=principal.id, period=billing_period(), usage_count=1
-    )
-    statement = statement.on_conflict_do_update(
-        index_elements=[usage.c.tenant_id, usage.c.period],
-        set_={"usage_count": usage.c.usage_count + 1},
-        where=None if limit is None else usage.c.usage_count < limit,
-    ).returning(usage.c.usage_count)
-    if db.session.execute(statement).scalar() is None:
+    if limit is not None and not within_plan(principal.usage_count, limit):
         refuse_over_limit()
+
+
+def count_statement():
+    """Count one verification for (:tenant_id, :period), in one statement that never passes
+    :plan_limit (NULL: unlimited); it returns the new usage_count, or no row when the plan is
+    used up."""
+    plan_limit = bindparam("plan_limit", type_=BigInteger)
+    usage = MonthlyUsage.__table__
+    return (
+        database.current().insert(usage)
+        .values(tenant_id=bindparam("tenant_id"), period=bindparam("period"), usage_count=1)
+        .on_conflict_do_update(
+            index_elements=[usage.c.tenant_id, usage.c.period],
+            set_={"usage_count": usage.c.usage_count + 1},
+            where=or_(plan_limit.is_(None), within_plan(usage.c.usage_count, plan_limit)),
+        )
+        .returning(usage.c.usage_count)
+    )
+
+
+# Each block reason's column in daily_usage.
+REASON_COLUMNS = {
+    reasons.UNKNOWN: "unknown_intent", reasons.EXPIRED: "expired_intent",
+    reasons.REPLAYED_INTENT: "replayed_intent", reasons.INVALID_SIGNATURE: "invalid_signature",
+    reasons.OUT_OF_WINDOW: "timestamp_out_of_window",
+    reasons.REPLAYED_RESPONSE: "replayed_response",
+}
+
+
+def count_daily_statement(reason, source=None, counted=None):
+    """Count one verification with its outcome (`reason`, NULL when cleared) for
+    (:tenant_id, :day). `source` is what `reason` is selected from, and `counted` a condition
+    under which it counts (the monthly count went in), when the gate composes its steps."""
+    daily = DailyUsage.__table__
+    outcomes = {"verifications": literal(1),
+                "cleared": case((reason.is_(None), 1), else_=0)}
+    outcomes.update({column: case((reason == literal(name), 1), else_=0)
+                     for name, column in REASON_COLUMNS.items()})
+    row = select(bindparam("tenant_id"), bindparam("day"), *outcomes.values())
+    if source is not None:
+        row = row.select_from(source)
+    # SQLite needs a WHERE before ON CONFLICT in an INSERT ... SELECT.
+    row = row.where(counted if counted is not None else literal(True))
+    statement = database.current().insert(daily).from_select(
+        [daily.c.tenant_id, daily.c.day, *(daily.c[column] for column in outcomes)], row)
+    return statement.on_conflict_do_update(
+        index_elements=[daily.c.tenant_id, daily.c.day],
+        set_={column: daily.c[column] + statement.excluded[column] for column in outcomes})
 
 
 def refuse_over_limit():

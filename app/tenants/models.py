@@ -12,15 +12,92 @@ class Tenant(db.Model):
     email: Mapped[str] = mapped_column(String(254), unique=True)
     plan: Mapped[str] = mapped_column(String(16), default="free")
     active: Mapped[bool] = mapped_column(Boolean, default=True)
-    # Only the SHA-256 digest of the key is kept; the prefix lets people tell keys apart.
-    api_key_digest: Mapped[str] = mapped_column(String(64), unique=True)
-    api_key_prefix: Mapped[str] = mapped_column(String(16))
     signing_secret_sealed: Mapped[str] = mapped_column(Text)
     previous_signing_secret_sealed: Mapped[str | None] = mapped_column(Text)
     previous_signing_secret_expires_at: Mapped[int | None] = mapped_column(BigInteger)
     signature_scheme: Mapped[str] = mapped_column(String(16), default="bound")
+    # After a scheme switch with a grace period, the scheme before it still verifies until then.
+    previous_signature_scheme: Mapped[str | None] = mapped_column(String(16))
+    previous_scheme_valid_until: Mapped[int | None] = mapped_column(BigInteger)
     created_at = mapped_column(DateTime, default=utcnow, nullable=False)
     key_rotated_at = mapped_column(DateTime)
+
+
+class ApiKey(db.Model):
+    """A tenant's API key: several may be active at once, so a tenant rolls keys without
+    downtime. Only the SHA-256 digest is kept; the prefix lets people tell keys apart.
+
+    Looked up by digest before the tenant is known, so under Citus it is a reference table
+    (like tenants and admin_keys), not one distributed by tenant."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)  # "ak_" + 24 hex
+    tenant_id: Mapped[int] = mapped_column(
+        ForeignKey("tenants.id", ondelete="CASCADE"), index=True
+    )
+    name: Mapped[str] = mapped_column(String(100))
+    key_digest: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[int] = mapped_column(BigInteger)
+    expires_at: Mapped[int | None] = mapped_column(BigInteger)
+    revoked_at: Mapped[int | None] = mapped_column(BigInteger)
+
+
+class AuditEntry(db.Model):
+    """A change to a tenant's keys, secrets, scheme, plan or active flag, written in the same
+    transaction as the change. Never a secret: key ids and prefixes at most."""
+
+    __tablename__ = "audit_log"
+
+    tenant_id: Mapped[int] = mapped_column(
+        ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True
+    )
+    # Numbered per tenant (1, 2, ...) under the tenant row's lock: the cursor of the listing.
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    at: Mapped[int] = mapped_column(BigInteger)
+    action: Mapped[str] = mapped_column(String(40))
+    actor: Mapped[str] = mapped_column(String(120))
+    request_id: Mapped[str | None] = mapped_column(String(128))
+    address: Mapped[str | None] = mapped_column(String(64))
+    details: Mapped[str | None] = mapped_column(Text)  # JSON: ids, prefixes, old and new plan
+
+
+class DailyUsage(db.Model):
+    """Verifications per tenant and UTC day by outcome, counted in the gate's own statement
+    together with monthly_usage, so a month's days add up to its usage_count."""
+
+    __tablename__ = "daily_usage"
+
+    tenant_id: Mapped[int] = mapped_column(
+        ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True
+    )
+    day: Mapped[str] = mapped_column(String(10), primary_key=True)  # YYYY-MM-DD, UTC
+    verifications: Mapped[int] = mapped_column(BigInteger, default=0)
+    cleared: Mapped[int] = mapped_column(BigInteger, default=0)
+    unknown_intent: Mapped[int] = mapped_column(BigInteger, default=0)
+    expired_intent: Mapped[int] = mapped_column(BigInteger, default=0)
+    replayed_intent: Mapped[int] = mapped_column(BigInteger, default=0)
+    invalid_signature: Mapped[int] = mapped_column(BigInteger, default=0)
+    timestamp_out_of_window: Mapped[int] = mapped_column(BigInteger, default=0)
+    replayed_response: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class SigningKey(db.Model):
+    """An Ed25519 public key with which a tenant's AI service signs responses. Only the public
+    half is ever known here: nothing stored can forge a signature."""
+
+    __tablename__ = "signing_keys"
+
+    tenant_id: Mapped[int] = mapped_column(
+        ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True
+    )
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)  # "sk_" + 24 hex
+    name: Mapped[str | None] = mapped_column(String(100))
+    public_key: Mapped[str] = mapped_column(String(44))  # base64 of the 32 raw bytes
+    created_at: Mapped[int] = mapped_column(BigInteger)
+    expires_at: Mapped[int | None] = mapped_column(BigInteger)
+    revoked_at: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class MonthlyUsage(db.Model):

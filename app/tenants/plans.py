@@ -7,7 +7,7 @@ PLAN_LIMITS = {
 }
 PLANS = tuple(PLAN_LIMITS)
 PAID_PLANS = ("starter", "pro", "enterprise")
-SIGNATURE_SCHEMES = ("bound", "payload")
+SIGNATURE_SCHEMES = ("bound", "payload", "ed25519")
 
 
 def monthly_limit(plan):

@@ -3,7 +3,14 @@ from datetime import timezone
 from email_validator import EmailNotValidError, validate_email
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
-from app.schemas import RequestSchema
+from app.schemas import (
+    NO_CONTROL_CHARACTERS_PATTERN,
+    QueryInteger,
+    RequestSchema,
+    StrictBoolean,
+    StrictInteger,
+    no_control_characters,
+)
 from app.tenants.plans import PLANS, SIGNATURE_SCHEMES
 
 class UtcDateTime(fields.DateTime):
@@ -30,29 +37,31 @@ def _valid_email(value):
 class TenantCreateSchema(RequestSchema):
     email = fields.String(
         required=True,
-        validate=[validate.Length(max=254, error="email is too long"), _valid_email],
+        validate=[validate.Length(max=254, error="email is too long"),
+                  no_control_characters("email"), _valid_email],
         error_messages={"required": "email is required", "invalid": "email must be a string"},
-        metadata={"format": "email", "pattern": "^[^@\\s]+@[A-Za-z0-9-]+(\\.[A-Za-z0-9-]+)*\\.[A-Za-z]{2,}$"},
+        metadata={"format": "email",
+                  "pattern": "^[^@\\s\\u0000-\\u001f\\u007f-\\u009f]+@[A-Za-z0-9-]+"
+                             "(\\.[A-Za-z0-9-]+)*\\.[A-Za-z]{2,}$"},
     )
     plan = fields.String(
         load_default="free",
         validate=validate.OneOf(PLANS, error=PLAN_MESSAGE),
         error_messages={"invalid": PLAN_MESSAGE},
     )
-    send_email = fields.Boolean(
-        load_default=False,
-        truthy={True}, falsy={False},
-        error_messages={"invalid": "send_email must be true or false"},
+    send_email = StrictBoolean(
+        load_default=False, error_messages={"invalid": "send_email must be true or false"}
     )
 
 
 class TenantUpdateSchema(RequestSchema):
+    class Meta(RequestSchema.Meta):
+        openapi = {"minProperties": 1}  # the rule of _not_empty, for the document
+
     plan = fields.String(
         validate=validate.OneOf(PLANS, error=PLAN_MESSAGE), error_messages={"invalid": PLAN_MESSAGE}
     )
-    active = fields.Boolean(
-        truthy={True}, falsy={False}, error_messages={"invalid": "active must be true or false"}
-    )
+    active = StrictBoolean(error_messages={"invalid": "active must be true or false"})
     signature_scheme = fields.String(
         validate=validate.OneOf(SIGNATURE_SCHEMES, error=SCHEME_MESSAGE),
         error_messages={"invalid": SCHEME_MESSAGE},
@@ -78,7 +87,6 @@ class TenantSchema(Schema):
     email = fields.String(required=True)
     plan = fields.String(required=True, validate=validate.OneOf(PLANS))
     active = fields.Boolean(required=True)
-    api_key_prefix = fields.String(required=True)
     signature_scheme = fields.String(required=True, validate=validate.OneOf(SIGNATURE_SCHEMES))
     created_at = UtcDateTime(format="iso", required=True)
     usage = fields.Nested(UsageSchema, metadata={"description": "On single-tenant answers."})
@@ -98,9 +106,184 @@ class RotateKeySchema(Schema):
     message = fields.String(required=True)
 
 
+MAX_TENANT_ID = 2**31 - 1  # tenant ids are 32-bit integers in the database
+
+
+class TenantListQuerySchema(Schema):
+    limit = QueryInteger(1, 200, load_default=50)
+    starting_after = QueryInteger(0, MAX_TENANT_ID, load_default=0,
+                                  metadata={"description": "List tenants after this id."})
+
+
+class TenantListSchema(Schema):
+    tenants = fields.List(fields.Nested(TenantSchema), required=True)
+    has_more = fields.Boolean(required=True)
+
+
 tenant_create_schema = TenantCreateSchema()
-tenant_update_schema = TenantUpdateSchema()
 tenant_schema = TenantSchema()
-tenants_schema = TenantSchema(many=True)
-usage_schema = UsageSchema()
-rotate_key_schema = RotateKeySchema()
+GRACE_MAX = 7 * 86400
+GRACE_MESSAGE = f"grace_seconds must be an integer between 0 and {GRACE_MAX}"
+EXPIRES_IN_MAX = 10 * 365 * 86400
+EXPIRES_IN_MESSAGE = f"expires_in must be an integer between 1 and {EXPIRES_IN_MAX} seconds"
+
+
+def _grace_field():
+    return StrictInteger(load_default=0, validate=validate.Range(0, GRACE_MAX, error=GRACE_MESSAGE),
+                         error_messages={"invalid": GRACE_MESSAGE, "null": GRACE_MESSAGE},
+                         metadata={"description": "Seconds during which the previous one still "
+                                                  "verifies (0: it stops at once)."})
+
+
+def _key_name_field(required):
+    """A key's name: to tell keys apart, never a secret."""
+    optional = {} if required else {"load_default": None, "allow_none": True}
+    return fields.String(
+        required=required, **optional,
+        validate=[validate.Length(min=1, max=100, error="name must be 1 to 100 characters"),
+                  no_control_characters("name")],
+        error_messages={"required": "name is required", "null": "name is required",
+                        "invalid": "name must be a string"},
+        metadata={"pattern": NO_CONTROL_CHARACTERS_PATTERN},
+    )
+
+
+def _expires_in_field():
+    return StrictInteger(load_default=None, allow_none=True,
+                         validate=validate.Range(1, EXPIRES_IN_MAX, error=EXPIRES_IN_MESSAGE),
+                         error_messages={"invalid": EXPIRES_IN_MESSAGE})
+
+
+class SigningKeyCreateSchema(RequestSchema):
+    public_key = fields.String(
+        required=True,
+        validate=validate.Length(min=1, max=8192, error="public_key must be 1 to 8192 characters"),
+        error_messages={"required": "public_key is required", "null": "public_key is required",
+                        "invalid": "public_key must be a string"},
+        # The pattern documents the base64 form; PEM (SubjectPublicKeyInfo) is accepted too, but
+        # no pattern can tell a valid PEM key from other text.
+        metadata={"pattern": "^[A-Za-z0-9+/]{43}=$",
+                  "description": "Ed25519 public key: standard base64 of its 32 raw bytes, or "
+                                 "PEM (SubjectPublicKeyInfo). Never a private key."},
+    )
+    name = _key_name_field(required=False)
+    expires_in = _expires_in_field()
+
+
+class SigningKeySchema(Schema):
+    id = fields.String(required=True)
+    name = fields.String(required=True, allow_none=True)
+    created_at = fields.Integer(required=True, metadata={"description": "Unix seconds."})
+    expires_at = fields.Integer(required=True, allow_none=True,
+                                metadata={"description": "Unix seconds; null: no expiry."})
+
+
+class RevokedSigningKeySchema(SigningKeySchema):
+    revoked_at = fields.Integer(required=True, metadata={"description": "Unix seconds."})
+
+
+class SigningKeyListSchema(Schema):
+    signing_keys = fields.List(fields.Nested(SigningKeySchema), required=True)
+
+
+class SignatureSchemeRequestSchema(RequestSchema):
+    scheme = fields.String(
+        required=True,
+        validate=validate.OneOf(SIGNATURE_SCHEMES,
+                                error="scheme must be one of: " + ", ".join(SIGNATURE_SCHEMES)),
+        error_messages={"required": "scheme is required", "null": "scheme is required",
+                        "invalid": "scheme must be a string"},
+    )
+    grace_seconds = _grace_field()
+
+
+class SignatureSchemeSchema(Schema):
+    scheme = fields.String(required=True, validate=validate.OneOf(SIGNATURE_SCHEMES))
+    previous_scheme = fields.String(required=True, allow_none=True)
+    previous_valid_until = fields.Integer(required=True, allow_none=True,
+                                          metadata={"description": "Unix seconds."})
+
+
+class SigningSecretRotateSchema(RequestSchema):
+    grace_seconds = _grace_field()
+
+
+class SigningSecretSchema(Schema):
+    signing_secret = fields.String(required=True, metadata={"pattern": "^sig_live_[0-9a-f]{64}$"})
+    previous_valid_until = fields.Integer(required=True, allow_none=True,
+                                          metadata={"description": "Unix seconds."})
+
+
+class ApiKeyCreateSchema(RequestSchema):
+    name = _key_name_field(required=True)
+    expires_in = _expires_in_field()
+
+
+class ApiKeySchema(Schema):
+    id = fields.String(required=True)
+    name = fields.String(required=True)
+    prefix = fields.String(required=True, metadata={"description": "The key's first characters."})
+    created_at = fields.Integer(required=True, metadata={"description": "Unix seconds."})
+    expires_at = fields.Integer(required=True, allow_none=True,
+                                metadata={"description": "Unix seconds; null: no expiry."})
+
+
+class RevokedApiKeySchema(ApiKeySchema):
+    revoked_at = fields.Integer(required=True, metadata={"description": "Unix seconds."})
+
+
+class ApiKeyCreatedSchema(ApiKeySchema):
+    api_key = fields.String(required=True, metadata={
+        "pattern": "^key_live_[0-9a-f]{48}$", "description": "Shown this once."})
+
+
+class ApiKeyListSchema(Schema):
+    keys = fields.List(fields.Nested(ApiKeySchema), required=True)
+
+
+class AuditEntrySchema(Schema):
+    id = fields.Integer(required=True, metadata={"description": "Per tenant; the `before` cursor."})
+    at = fields.Integer(required=True, metadata={"description": "Unix seconds."})
+    action = fields.String(required=True)
+    actor = fields.String(required=True, metadata={
+        "description": "key:<prefix>, admin:<admin key name>, or cli."})
+    request_id = fields.String(required=True, allow_none=True)
+    address = fields.String(required=True, allow_none=True)
+    details = fields.Dict(required=True, metadata={"description": "Ids, prefixes, plans: never "
+                                                                  "a secret."})
+
+
+class AuditLogSchema(Schema):
+    entries = fields.List(fields.Nested(AuditEntrySchema), required=True)
+
+
+class UsageDaySchema(Schema):
+    date = fields.String(required=True, metadata={"format": "date"})
+    verifications = fields.Integer(required=True)
+    cleared = fields.Integer(required=True)
+    blocked = fields.Dict(keys=fields.String(), values=fields.Integer(), required=True)
+
+
+class DailyUsageSchema(Schema):
+    days = fields.List(fields.Nested(UsageDaySchema), required=True)
+
+
+AUDIT_CURSOR_MAX = 2**31 - 1
+
+
+class AuditLogQuerySchema(Schema):
+    limit = QueryInteger(1, 200, load_default=50)
+    before = QueryInteger(1, AUDIT_CURSOR_MAX, load_default=None,
+                          metadata={"description": "The last id of the previous page."})
+
+
+class DailyUsageQuerySchema(Schema):
+    days = QueryInteger(1, 92, load_default=30, metadata={"description": "UTC days, today "
+                                                                        "included."})
+
+
+# Instances the CLI loads and dumps with (the views name the classes in their decorators).
+signing_key_create_schema = SigningKeyCreateSchema()
+signing_key_schema = SigningKeySchema()
+signature_scheme_schema = SignatureSchemeSchema()
+api_key_create_schema = ApiKeyCreateSchema()

@@ -2,14 +2,14 @@
 import logging
 from dataclasses import dataclass
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 
 from app import crypto
-from app.clock import billing_period, now_seconds, utcnow
-from app.errors import NotFound, Unauthorized
+from app.clock import billing_period, now_seconds
+from app.errors import NotFound
 from app.extensions import db
-from app.sql import add_unique
-from app.tenants import mail
+from app.sql import insert_unique
+from app.tenants import audit, keys, mail, signing
 from app.tenants.models import MonthlyUsage, Tenant
 from app.tenants.plans import PAID_PLANS, monthly_limit
 
@@ -27,27 +27,34 @@ class Provisioned:
     email_error: str | None = None
 
 
-def create_tenant(email, plan, send_email=False):
-    api_key = crypto.new_api_key()
+def create_tenant(email, plan):
     signing_secret = crypto.new_signing_secret()
     tenant = Tenant(
         email=email.lower(),
         plan=plan,
         active=True,
-        api_key_digest=crypto.key_digest(api_key),
-        api_key_prefix=crypto.display_prefix(api_key),
         signing_secret_sealed=crypto.seal(signing_secret),
         signature_scheme="bound",
     )
-    add_unique(tenant, "a tenant with this email already exists")
+    insert_unique(tenant, "a tenant with this email already exists")
+    key, api_key = keys.issue(tenant.id)
+    audit.record(tenant.id, "tenant.created", plan=plan, key_id=key.id, prefix=key.prefix)
     log.info("tenant created", extra={"tenant_id": tenant.id, "plan": plan})
-    provisioned = Provisioned(tenant, api_key, signing_secret)
-    if send_email and plan in PAID_PLANS:
-        # The tenant exists whatever happens here: a failed delivery is reported, and the key
-        # can then only be re-issued by rotation (it is not stored in a readable form).
-        provisioned.email_sent, provisioned.email_error = mail.send_api_key(
-            tenant.email, plan, api_key, signing_secret
-        )
+    return Provisioned(tenant, api_key, signing_secret)
+
+
+def deliver_keys(provisioned):
+    """Email a committed tenant its key and secret (paid plans: keys follow a purchase)."""
+    tenant = provisioned.tenant
+    if tenant.plan not in PAID_PLANS:
+        # Say so rather than drop the request in silence.
+        provisioned.email_sent = False
+        provisioned.email_error = "keys are emailed on paid plans only: " + ", ".join(PAID_PLANS)
+        return provisioned
+    # The tenant exists whatever happens here: a failed delivery is reported, and the key can
+    # then only be re-issued by rotation (it is not stored in a readable form).
+    provisioned.email_sent, provisioned.email_error = mail.send_api_key(
+        tenant.email, tenant.plan, provisioned.api_key, provisioned.signing_secret)
     return provisioned
 
 
@@ -73,45 +80,23 @@ def list_tenants(limit=50, after_id=0):
 
 def update_tenant(reference, plan=None, active=None, signature_scheme=None):
     tenant = find_tenant(reference)
-    if plan is not None:
+    if plan is not None and plan != tenant.plan:
+        audit.record(tenant.id, "plan.changed", old=tenant.plan, new=plan)
         tenant.plan = plan
-    if active is not None:
+    if active is not None and active != tenant.active:
+        audit.record(tenant.id, "tenant.activated" if active else "tenant.deactivated")
         tenant.active = active
     if signature_scheme is not None:
-        tenant.signature_scheme = signature_scheme
-    db.session.commit()
+        signing.set_signature_scheme(tenant.id, signature_scheme)
+    db.session.flush()
     log.info("tenant updated", extra={"tenant_id": tenant.id, "plan": tenant.plan,
                                       "active": tenant.active})
     return tenant
 
 
-def rotate_key(tenant_id, presented_digest=None):
-    """Issue a new key and invalidate the old one in one conditional UPDATE.
-
-    With `presented_digest` (a tenant rotating its own key) the UPDATE only matches while that
-    key is still current, so of two concurrent rotations with one key exactly one wins.
-    """
-    api_key = crypto.new_api_key()
-    statement = update(Tenant).where(Tenant.id == tenant_id, Tenant.active.is_(True))
-    if presented_digest is not None:
-        statement = statement.where(Tenant.api_key_digest == presented_digest)
-    result = db.session.execute(
-        statement.values(
-            api_key_digest=crypto.key_digest(api_key),
-            api_key_prefix=crypto.display_prefix(api_key),
-            key_rotated_at=utcnow(),
-        )
-    )
-    if result.rowcount != 1:
-        db.session.rollback()
-        raise Unauthorized("Invalid or inactive API key")
-    db.session.commit()
-    log.info("tenant key rotated", extra={"tenant_id": tenant_id})
-    return api_key
-
-
 def rotate_signing_secret(reference, grace_seconds=0):
-    """Issue a new response signing secret; the old one verifies for `grace_seconds` more."""
+    """Issue a new response signing secret; the old one verifies for `grace_seconds` more.
+    Returns the secret and until when the previous one verifies (None: no longer)."""
     tenant = find_tenant(reference)
     signing_secret = crypto.new_signing_secret()
     if grace_seconds > 0:
@@ -121,10 +106,11 @@ def rotate_signing_secret(reference, grace_seconds=0):
         tenant.previous_signing_secret_sealed = None
         tenant.previous_signing_secret_expires_at = None
     tenant.signing_secret_sealed = crypto.seal(signing_secret)
-    db.session.commit()
+    audit.record(tenant.id, "signing_secret.rotated", grace_seconds=grace_seconds)
+    db.session.flush()
     log.info("tenant signing secret rotated", extra={"tenant_id": tenant.id,
                                                      "grace_seconds": grace_seconds})
-    return signing_secret
+    return signing_secret, tenant.previous_signing_secret_expires_at
 
 
 def current_usage_count(tenant_id):

@@ -9,11 +9,13 @@ import time
 from dataclasses import dataclass
 
 import redis
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.cluster import ClusterNode, RedisCluster
+from redis.retry import Retry
 from flask import current_app
-from sqlalchemy import select, text
+from sqlalchemy import bindparam, select, text
 
-from app.extensions import db
-from app.sql import upsert_insert
+from app import database
 from app.traffic.models import RateBucket
 
 KEY_PREFIX = "intentgate:bucket:"
@@ -52,12 +54,6 @@ class Decision:
     retry_after: int
 
 
-def _settings():
-    config = current_app.config
-    capacity = config["RATE_LIMIT_CAPACITY"]
-    return capacity, config["RATE_LIMIT_REFILL_PER_MINUTE"] / 60.0
-
-
 def _decision(allowed, tokens, capacity, rate, now):
     return Decision(
         allowed=allowed,
@@ -69,22 +65,36 @@ def _decision(allowed, tokens, capacity, rate, now):
 
 
 class RedisBucket:
-    def __init__(self, url, socket_timeout):
-        self.client = redis.Redis.from_url(
-            url, socket_timeout=socket_timeout, socket_connect_timeout=socket_timeout
-        )
+    def __init__(self, url, socket_timeout, cluster_nodes=None):
+        timeouts = {"socket_timeout": socket_timeout, "socket_connect_timeout": socket_timeout}
+        if cluster_nodes:
+            # A bucket lives in its key's slot: a master that is down takes only its own
+            # slots' buckets with it (require_full_coverage=False), the others keep answering.
+            # Two quick retries (MOVED after a failover is followed on top of them): a request
+            # whose master is gone gets the outage answer in well under a second.
+            self.client = RedisCluster(
+                startup_nodes=[ClusterNode(host, port) for host, port in cluster_nodes],
+                require_full_coverage=False,
+                retry=Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.05), retries=2),
+                **timeouts)
+        else:
+            self.client = redis.Redis.from_url(url, **timeouts)
+        self.cluster = bool(cluster_nodes)
         self.script = self.client.register_script(TOKEN_BUCKET_LUA)
 
-    def take(self, owner):
-        capacity, rate = _settings()
+    def take(self, owner, capacity, rate):
+        # The braces are a hash tag: in a Redis Cluster the bucket's key names its own slot.
         try:
-            allowed, tokens = self.script(keys=[KEY_PREFIX + owner], args=[capacity, rate])
+            allowed, tokens = self.script(keys=[f"{KEY_PREFIX}{{{owner}}}"], args=[capacity, rate])
         except redis.RedisError as exc:
             raise StoreUnavailable(type(exc).__name__) from exc
         return _decision(bool(allowed), float(tokens), capacity, rate, time.time())
 
     def available(self):
+        """Every node that holds buckets answers (a cluster's masters, each of them)."""
         try:
+            if self.cluster:
+                return bool(self.client.ping(target_nodes=RedisCluster.PRIMARIES))
             return bool(self.client.ping())
         except redis.RedisError:
             return False
@@ -104,45 +114,53 @@ _TAKE_SQL = text(
 
 
 class DatabaseBucket:
-    def take(self, owner):
-        capacity, rate = _settings()
+    """The embedded setup's bucket: one row per owner, each step a self-contained statement."""
+
+    def take(self, owner, capacity, rate):
         now = time.time()
         params = {"bucket": owner, "now": now, "rate": rate, "capacity": capacity}
-        tokens = db.session.execute(_TAKE_SQL, params).scalar()
-        if tokens is None:
+        row = database.first("bucket_take", lambda: _TAKE_SQL, params)
+        if row is None:
             # No row yet, or an empty bucket: create it full (a no-op if it exists), try again.
-            db.session.execute(
-                upsert_insert(RateBucket)
-                .values(bucket=owner, tokens=capacity, updated_at=now)
-                .on_conflict_do_nothing()
-            )
-            tokens = db.session.execute(_TAKE_SQL, params).scalar()
-        if tokens is None:
-            state = db.session.execute(
-                select(RateBucket.tokens, RateBucket.updated_at).where(RateBucket.bucket == owner)
-            ).one()
-            db.session.commit()
-            left = min(capacity, state.tokens + (now - state.updated_at) * rate)
-            return _decision(False, left, capacity, rate, now)
-        # Committed at once: the token is spent even if the request fails later.
-        db.session.commit()
-        return _decision(True, tokens, capacity, rate, now)
+            database.execute("bucket_create", _create_bucket, params)
+            row = database.first("bucket_take", lambda: _TAKE_SQL, params)
+        if row is not None:
+            return _decision(True, row.tokens, capacity, rate, now)
+        state = database.first("bucket_state", _bucket_state, params)
+        left = min(capacity, state.tokens + (now - state.updated_at) * rate)
+        return _decision(False, left, capacity, rate, now)
 
     def available(self):
         return True
 
 
+def _create_bucket():
+    buckets = RateBucket.__table__
+    return (database.current().insert(buckets)
+            .values(bucket=bindparam("bucket"), tokens=bindparam("capacity"),
+                    updated_at=bindparam("now"))
+            .on_conflict_do_nothing())
+
+
+def _bucket_state():
+    buckets = RateBucket.__table__
+    return select(buckets.c.tokens, buckets.c.updated_at).where(
+        buckets.c.bucket == bindparam("bucket"))
+
+
 def init_app(app):
     if app.config["REDIS_URL"]:
         app.extensions["rate_bucket"] = RedisBucket(
-            app.config["REDIS_URL"], app.config["REDIS_SOCKET_TIMEOUT"]
+            app.config["REDIS_URL"], app.config["REDIS_SOCKET_TIMEOUT"],
+            app.config.get("REDIS_CLUSTER_NODES"),
         )
     else:
         app.extensions["rate_bucket"] = DatabaseBucket()
 
 
-def take(owner):
-    return current_app.extensions["rate_bucket"].take(owner)
+def take(owner, capacity, rate):
+    """Spend one token of `owner`'s bucket (`capacity` tokens, refilling `rate` per second)."""
+    return current_app.extensions["rate_bucket"].take(owner, capacity, rate)
 
 
 def store_available():

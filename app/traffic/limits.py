@@ -1,35 +1,68 @@
-"""Request-rate enforcement and the X-RateLimit-* headers on every /v1/* response."""
+"""Request rates: the token bucket of every /v1/* caller, and the per-address limit on failed
+authentication. Both are the one mechanism of app.traffic.bucket (Redis, or the database in the
+embedded setup), so every worker on every host shares them; nothing is counted in process."""
 import logging
-import math
 import time
+from functools import wraps
 
-import redis
 from flask import current_app, g, request
 from limits import parse
 
 from app.errors import TooManyRequests, Unavailable
-from app.extensions import limiter
 from app.traffic import bucket
 from app.traffic.addresses import client_address
 
 log = logging.getLogger(__name__)
+
+RATE_LIMITED = "rate limit exceeded"
 
 # Fail-open bookkeeping is per process on purpose: it only bounds how long this worker
 # lets requests through unmetered, it enforces nothing.
 _outage = {"since": None}
 
 
-def take_request_token(principal):
-    """Spend one token of the caller's bucket, or raise the contract's 429."""
+def rate_limited(view):
+    """Spend one token of the authenticated caller's bucket (stack under @authenticate)."""
+
+    @wraps(view)
+    def wrapper(*args, **kwargs):
+        config = current_app.config
+        _spend(g.principal.owner, config["RATE_LIMIT_CAPACITY"],
+               config["RATE_LIMIT_REFILL_PER_MINUTE"] / 60.0)
+        return view(*args, **kwargs)
+
+    return wrapper
+
+
+def count_failed_authentication():
+    """Spend a token of the client address's failure bucket: past AUTH_FAILURE_LIMIT the
+    answer is 429, not 401. Only failures are counted, so a valid request costs nothing here
+    and keys still cannot be guessed at speed."""
+    # "20 per minute" as a bucket: 20 failures at once, refilled at 20 a minute.
+    item = parse(current_app.config["AUTH_FAILURE_LIMIT"])
+    capacity, rate = item.amount, item.amount / item.get_expiry()
     try:
-        decision = bucket.take(principal.owner)
+        decision = bucket.take("address:" + client_address(), capacity, rate)
+    except bucket.StoreUnavailable as exc:
+        log.error("rate-limit store unavailable", extra={"failure": str(exc)})
+        return  # the 401 still stands; only the guessing limit is lost while the store is down
+    _apply(decision)
+
+
+def _spend(owner, capacity, rate):
+    try:
+        decision = bucket.take(owner, capacity, rate)
     except bucket.StoreUnavailable as exc:
         _store_down(exc)
         return
     _outage["since"] = None
+    _apply(decision)
+
+
+def _apply(decision):
     g.rate_decision = decision
     if not decision.allowed:
-        raise TooManyRequests("rate limit exceeded", retry_after=decision.retry_after)
+        raise TooManyRequests(RATE_LIMITED, retry_after=decision.retry_after)
 
 
 def _store_down(exc):
@@ -42,29 +75,9 @@ def _store_down(exc):
     raise Unavailable("rate limit store unavailable", headers={"Retry-After": "1"})
 
 
-def record_failed_authentication():
-    """Count a failed authentication against the client address (a moving window in the
-    storage Flask-Limiter is configured with); past the limit the answer is 429, not 401.
-
-    Only failures are counted or checked, so a valid request costs no extra round trip and
-    keys still cannot be guessed at speed."""
-    item = parse(current_app.config["AUTH_FAILURE_LIMIT"])
-    identity = ("failed-authentication", client_address())
-    try:
-        allowed = limiter.limiter.hit(item, *identity)
-        stats = limiter.limiter.get_window_stats(item, *identity)
-    except redis.RedisError as exc:
-        log.error("rate-limit store unavailable", extra={"failure": type(exc).__name__})
-        return  # the 401 still stands; only the guessing limit is lost while Redis is down
-    g.rate_decision = bucket.Decision(allowed, item.amount, stats.remaining, int(stats.reset_time),
-                                      0)
-    if not allowed:
-        raise TooManyRequests("rate limit exceeded",
-                              retry_after=max(1, math.ceil(stats.reset_time - time.time())))
-
-
-def _rate_headers(response):
-    decision = g.get("rate_decision")
+def rate_headers(response):
+    """X-RateLimit-* from the bucket this request spent from, on every /v1/* response."""
+    decision = g.pop("rate_decision", None)
     if decision is None or not request.path.startswith("/v1/"):
         return response
     response.headers["X-RateLimit-Limit"] = str(decision.capacity)
@@ -73,12 +86,5 @@ def _rate_headers(response):
     return response
 
 
-def _forget_decision():
-    # g outlives a request when an app context was already pushed (tests, CLI): start clean.
-    g.pop("rate_decision", None)
-
-
 def init_app(app):
     bucket.init_app(app)
-    app.before_request(_forget_decision)
-    app.after_request(_rate_headers)

@@ -1,4 +1,8 @@
-"""Retries against a real HTTP server that fails on purpose (pytest-httpserver)."""
+"""Retries against a real HTTP server that fails on purpose (pytest-httpserver, raw sockets)."""
+import socket
+import ssl
+import threading
+
 import pytest
 from werkzeug import Response
 
@@ -141,3 +145,129 @@ def test_guard_returns_the_payload_or_raises_blocked(httpserver):
         client.guard("user-token-123", call_ai)
     assert blocked.value.reason == "InvalidSignature"
     assert seen == [intent["intent_hash"]] * 2
+
+
+class RawServer:
+    """Accepts connections on 127.0.0.1, reads each request, then answers `reply` (bytes, maybe
+    empty) and closes. Counts the connections; stops when told to, or after 30 s."""
+
+    def __init__(self, reply):
+        self.reply = reply
+        self.connections = 0
+        self.stopping = threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.settimeout(0.1)  # how often the accept loop looks at `stopping`
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        with self.listener:
+            for _ in range(300):
+                if self.stopping.is_set():
+                    return
+                try:
+                    connection, _ = self.listener.accept()
+                except TimeoutError:
+                    continue
+                self._answer(connection)
+
+    def _answer(self, connection):
+        with connection:
+            self.connections += 1
+            connection.settimeout(5)
+            request = b""
+            while b"\r\n\r\n" not in request:
+                chunk = connection.recv(4096)
+                if not chunk:
+                    break
+                request += chunk
+            connection.sendall(self.reply)
+
+    def close(self):
+        self.stopping.set()
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture
+def raw_server():
+    servers = []
+
+    def start(reply):
+        servers.append(RawServer(reply))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+@pytest.fixture
+def closed_port():
+    """A port bound but never listening: connecting to it is refused, and nothing else can
+    take it while the test runs."""
+    with socket.socket() as bound:
+        bound.bind(("127.0.0.1", 0))
+        yield bound.getsockname()[1]
+
+
+def _raw_client(url, sleeps):
+    return Client(url, KEY, timeout=5, sleep=sleeps, random_fraction=lambda: 1.0)
+
+
+def test_a_refused_connection_was_not_sent_so_even_rotate_key_is_retried(closed_port):
+    sleeps = Sleeps()
+    client = _raw_client(f"http://127.0.0.1:{closed_port}", sleeps)
+    with pytest.raises(ServiceError, match="network failure: ConnectionError") as raised:
+        client.rotate_key()
+    assert sleeps == [0.5, 1.0, 2.0] and raised.value.maybe_sent is False
+    assert client.api_key == KEY
+
+
+def test_a_dropped_request_may_have_been_sent_so_rotate_key_is_not_retried(raw_server):
+    server = raw_server(b"")  # reads the request, then closes without an answer
+    sleeps = Sleeps()
+    with pytest.raises(ServiceError, match="network failure: ConnectionError") as raised:
+        _raw_client(server.url, sleeps).rotate_key()
+    assert server.connections == 1 and sleeps == [] and raised.value.maybe_sent is True
+    with pytest.raises(ServiceError):
+        _raw_client(server.url, sleeps).usage()  # a read is safe to retry
+    assert server.connections == 1 + 4 and sleeps == [0.5, 1.0, 2.0]
+
+
+def test_what_the_error_text_says_does_not_decide(raw_server):
+    # The request arrived; the answer is garbage whose text reads like a refused connection.
+    # Only the exception's type may say whether the request was sent.
+    server = raw_server(b"Connection refused: failed to establish a new connection\r\n")
+    with pytest.raises(ServiceError) as raised:
+        _raw_client(server.url, Sleeps()).rotate_key()
+    assert server.connections == 1 and raised.value.maybe_sent is True
+
+
+def test_a_5xx_was_sent(httpserver):
+    httpserver.expect_request("/v1/tenant/rotate-key").respond_with_response(_error(503, "down"))
+    with pytest.raises(ServiceError) as raised:
+        _client(httpserver, Sleeps()).rotate_key()
+    assert raised.value.maybe_sent is True and raised.value.status == 503
+
+
+def test_a_private_ca_is_trusted_through_verify(tmp_path):
+    trustme = pytest.importorskip("trustme")
+    from pytest_httpserver import HTTPServer
+
+    ca = trustme.CA()
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(context)
+    server = HTTPServer(host="127.0.0.1", port=0, ssl_context=context)
+    server.expect_request("/v1/tenant/usage").respond_with_json(USAGE)
+    server.start()
+    try:
+        bundle = tmp_path / "private-ca.pem"
+        ca.cert_pem.write_to_path(str(bundle))
+        url = server.url_for("").rstrip("/")
+        assert Client(url, KEY, verify=str(bundle)).usage().remaining == 999
+        with pytest.raises(ServiceError, match="network failure: SSLError"):
+            Client(url, KEY, max_retries=0).usage()  # the system's CAs do not know this one
+    finally:
+        server.clear()
+        server.stop()

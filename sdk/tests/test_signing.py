@@ -5,6 +5,12 @@ from pathlib import Path
 import pytest
 
 from intentgate import ScaleResponse, sign_response, signing_message
+from intentgate.signing import (
+    IntegerOutOfRange,
+    NonFiniteNumber,
+    UnsignablePayload,
+    canonical_json,
+)
 
 VECTORS = json.loads(
     (Path(__file__).resolve().parents[2] / "tests" / "vectors" / "signatures.json").read_text()
@@ -31,3 +37,41 @@ def test_scale_response_sign_fills_match_id_and_timestamp():
 def test_unknown_scheme_is_refused():
     with pytest.raises(ValueError):
         signing_message("sha256:" + "a" * 64, "m", 1, {}, scheme="other")
+
+
+UNSIGNABLE = json.loads(
+    (Path(__file__).resolve().parents[2] / "tests" / "vectors" / "signatures.json").read_text()
+)["unsignable"]
+
+
+@pytest.mark.parametrize("case", UNSIGNABLE, ids=lambda case: json.dumps(case["payload"]))
+def test_integers_beyond_the_safe_range_are_refused_not_rounded(case):
+    for scheme in ("bound", "payload"):
+        with pytest.raises(IntegerOutOfRange) as refused:
+            sign_response(VECTORS[0]["secret"], VECTORS[0]["intent_hash"], "m", 1,
+                          case["payload"], scheme=scheme)
+        assert str(refused.value) == case["error"]
+    with pytest.raises(UnsignablePayload):
+        ScaleResponse.sign(VECTORS[0]["secret"], VECTORS[0]["intent_hash"], case["payload"])
+
+
+def test_integers_past_pythons_digit_limit_are_refused_the_same_way():
+    with pytest.raises(IntegerOutOfRange):
+        canonical_json({"n": -(10**5000)})
+
+
+@pytest.mark.parametrize("payload, refusal", [
+    ({"x": float("inf")}, NonFiniteNumber),
+    ({"x": [float("nan")]}, NonFiniteNumber),
+    ({"x": "\ud800"}, UnsignablePayload),
+    ({"\udfff": 1}, UnsignablePayload),
+    ({1: "key is not a string"}, UnsignablePayload),
+])
+def test_other_payloads_without_an_exact_canonical_form_are_refused(payload, refusal):
+    with pytest.raises(refusal):
+        canonical_json(payload)
+
+
+def test_the_edges_of_the_safe_range_sign():
+    assert canonical_json({"a": 2**53 - 1, "b": -(2**53 - 1)}) == (
+        b'{"a":9007199254740991,"b":-9007199254740991}')

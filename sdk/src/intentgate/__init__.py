@@ -9,11 +9,20 @@ from intentgate.errors import (
     ServiceError,
     ValidationError,
 )
+from intentgate.keys import Ed25519KeyPair, InvalidSigningKey, generate_ed25519_key_pair
 from intentgate.models import IntentSignature, KeyRotation, Usage, VerificationResult
-from intentgate.signing import ScaleResponse, sign_response, signing_message
+from intentgate.signing import (
+    ScaleResponse,
+    UnsignablePayload,
+    sign_response,
+    sign_response_ed25519,
+    signing_message,
+)
 
 __all__ = [
-    "AuthenticationError", "Blocked", "Client", "IntentGateError", "IntentSignature",
-    "KeyRotation", "QuotaExceededError", "RateLimitError", "ScaleResponse", "ServiceError",
-    "Usage", "ValidationError", "VerificationResult", "sign_response", "signing_message",
+    "AuthenticationError", "Blocked", "Client", "Ed25519KeyPair", "IntentGateError",
+    "IntentSignature", "InvalidSigningKey", "KeyRotation", "QuotaExceededError",
+    "RateLimitError", "ScaleResponse", "ServiceError", "UnsignablePayload", "Usage",
+    "ValidationError", "VerificationResult", "generate_ed25519_key_pair", "sign_response",
+    "sign_response_ed25519", "signing_message",
 ]

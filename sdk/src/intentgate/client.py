@@ -10,6 +10,7 @@ import time
 import uuid
 
 import requests
+from urllib3.exceptions import ConnectTimeoutError, MaxRetryError
 
 from intentgate.errors import (
     AuthenticationError,
@@ -28,7 +29,11 @@ QUOTA_TEXT = "monthly verification limit reached"
 
 class Client:
     def __init__(self, base_url, api_key, timeout=30.0, max_retries=3, backoff_base=0.5,
-                 backoff_cap=8.0, sleep=time.sleep, random_fraction=random.random, session=None):
+                 backoff_cap=8.0, sleep=time.sleep, random_fraction=random.random, session=None,
+                 verify=None):
+        """`verify`: the path of a CA bundle, for a service whose certificate a private CA
+        issued, or False to skip verification (tests only); None keeps requests' default.
+        Given per request, it wins over a session's `verify` and REQUESTS_CA_BUNDLE."""
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         self.timeout = timeout
@@ -38,6 +43,7 @@ class Client:
         self._sleep = sleep
         self._random_fraction = random_fraction
         self.session = session or requests.Session()
+        self.tls_verify = verify  # not `self.verify`: that is the API call
 
     # -- the API -----------------------------------------------------------------------------
 
@@ -73,6 +79,46 @@ class Client:
         self.api_key = answer["new_key"]
         return KeyRotation(answer["new_key"], answer["message"])
 
+    # -- self-service (answers are the service's JSON, as dicts) -----------------------------
+    # Creating and revoking are retried only when the request could not be sent: a retry of a
+    # creation that went through would make a second key.
+
+    def create_key(self, name, expires_in=None):
+        """A new API key for this tenant; `api_key` in the answer is shown only this once."""
+        body = {"name": name, **({"expires_in": expires_in} if expires_in else {})}
+        return self._request("POST", "/v1/tenant/keys", json=body, unsent_only=True)[0]
+
+    def list_keys(self):
+        return self._request("GET", "/v1/tenant/keys")[0]["keys"]
+
+    def revoke_key(self, key_id):
+        return self._request("DELETE", f"/v1/tenant/keys/{key_id}", unsent_only=True)[0]
+
+    def add_signing_key(self, public_key, name=None, expires_in=None):
+        """Register the AI service's Ed25519 public key (base64 of 32 bytes, or PEM)."""
+        body = {"public_key": public_key, **({"name": name} if name else {}),
+                **({"expires_in": expires_in} if expires_in else {})}
+        return self._request("POST", "/v1/tenant/signing-keys", json=body, unsent_only=True)[0]
+
+    def list_signing_keys(self):
+        return self._request("GET", "/v1/tenant/signing-keys")[0]["signing_keys"]
+
+    def revoke_signing_key(self, key_id):
+        return self._request("DELETE", f"/v1/tenant/signing-keys/{key_id}", unsent_only=True)[0]
+
+    def set_signature_scheme(self, scheme, grace_seconds=0):
+        """Switch to "bound", "payload" or "ed25519"; the previous scheme verifies for
+        `grace_seconds` more."""
+        return self._request("PUT", "/v1/tenant/signature-scheme",
+                             json={"scheme": scheme, "grace_seconds": grace_seconds})[0]
+
+    def audit_log(self, limit=50, before=None):
+        query = f"?limit={limit}" + (f"&before={before}" if before else "")
+        return self._request("GET", "/v1/tenant/audit-log" + query)[0]["entries"]
+
+    def daily_usage(self, days=30):
+        return self._request("GET", f"/v1/tenant/usage/daily?days={days}")[0]["days"]
+
     def guard(self, user_token, call_ai, ttl=None):
         """Generate an intent, call the AI with its hash, verify the answer; return the payload.
 
@@ -94,11 +140,12 @@ class Client:
         while True:
             try:
                 http = self.session.request(method, self.base_url + path, headers=headers,
-                                            json=json, timeout=self.timeout)
+                                            json=json, timeout=self.timeout, verify=self.tls_verify)
             except (requests.ConnectionError, requests.Timeout) as exc:
-                sent = not isinstance(exc, requests.ConnectTimeout) and _maybe_sent(exc)
+                sent = _maybe_sent(exc)
                 if attempt >= self.max_retries or (unsent_only and sent):
-                    raise ServiceError(f"network failure: {type(exc).__name__}") from exc
+                    raise ServiceError(f"network failure: {type(exc).__name__}",
+                                       maybe_sent=sent) from exc
                 self._sleep(self._backoff(attempt))
                 attempt += 1
                 continue
@@ -143,6 +190,15 @@ def _retry_after(http):
 
 
 def _maybe_sent(exc):
-    """A connection refused or reset before anything was written means the request was not sent."""
-    text = str(exc).lower()
-    return not any(hint in text for hint in ("refused", "name or service", "failed to establish"))
+    """Whether the request may have reached the service, judged by the exception's type.
+
+    Only a failure to open the connection proves it did not: refused, unreachable, a name that
+    does not resolve, a connect timeout. urllib3 reports each as ConnectTimeoutError (or its
+    subclasses NewConnectionError and NameResolutionError) inside requests' exception. Anything
+    later (a reset, a closed or garbled answer, a read timeout, a TLS failure) may have come
+    after the service acted. The error text is not consulted: it differs between systems and
+    part of it can come from the other end.
+    """
+    cause = exc.args[0] if exc.args else None
+    reason = cause.reason if isinstance(cause, MaxRetryError) else cause
+    return not isinstance(reason, ConnectTimeoutError)

@@ -4,13 +4,14 @@
 
 (or INTENTGATE_BASE_URL, INTENTGATE_API_KEY, INTENTGATE_SIGNING_SECRET). It plays both the tenant
 backend and its AI service: one cleared answer, one tampered answer blocked, one replay blocked,
-then the month's usage.
+the month's usage, then the same gate with the AI service signing with an Ed25519 key pair (the
+service knows only the public key), and back to the HMAC scheme.
 """
 import argparse
 import os
 import sys
 
-from intentgate import Blocked, Client, ScaleResponse
+from intentgate import Blocked, Client, ScaleResponse, generate_ed25519_key_pair
 
 USER_TOKEN = "demo-user-jwt-0123456789"
 
@@ -48,6 +49,21 @@ def run(client, signing_secret, out=print):
     usage = client.usage()
     out(f"4. Usage this month: {usage.usage_count} of {usage.rate_limit} verifications "
         f"on plan {usage.plan} ({usage.remaining} remaining)")
+
+    out("5. The AI service signs with an Ed25519 key pair; the gate holds only the public key:")
+    key_pair = generate_ed25519_key_pair()  # the private key stays with the AI service
+    registered = client.add_signing_key(key_pair.public_key, name="demo AI service")
+    client.set_signature_scheme("ed25519")
+    signed_payload = client.guard(USER_TOKEN, lambda intent_hash: ScaleResponse.sign_ed25519(
+        key_pair.private_key_pem, intent_hash, {"answer": "Signed with Ed25519."}))
+    out(f"   cleared -> {signed_payload}")
+    intent = client.generate(USER_TOKEN)
+    hmac_signed = ScaleResponse.sign(signing_secret, intent.intent_hash, {"answer": "HMAC"})
+    out(f"   an HMAC signature now -> {client.verify(intent.intent_hash, hmac_signed).reason}")
+    # Back to HMAC, so the demo runs again the same way.
+    client.set_signature_scheme("bound")
+    client.revoke_signing_key(registered["id"])
+    out("   back on the HMAC scheme; the demo key is revoked")
     return payload, replay
 
 

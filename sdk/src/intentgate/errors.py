@@ -35,7 +35,15 @@ class QuotaExceededError(RateLimitError):
 
 
 class ServiceError(IntentGateError):
-    """5xx or a network failure that persisted through every retry."""
+    """5xx or a network failure that persisted through every retry.
+
+    `maybe_sent` is False only when no connection could be opened, so the service never saw
+    the request; after a 5xx, or a failure once connected, the service may have acted on it.
+    """
+
+    def __init__(self, message, maybe_sent=True, **kwargs):
+        super().__init__(message, **kwargs)
+        self.maybe_sent = maybe_sent
 
 
 class Blocked(IntentGateError):

@@ -3,8 +3,10 @@
     signature = hex(HMAC-SHA256(secret, "{intent_hash}.{match_id}.{timestamp}." + JCS(payload)))
 
 with JCS = RFC 8785 canonical JSON and the whole secret string (prefix included) as the key.
-The "payload" scheme signs JCS(payload) alone.
+The "payload" scheme signs JCS(payload) alone. The "ed25519" scheme signs the same bound message
+with the AI service's Ed25519 private key: standard base64 (88 characters) of the signature.
 """
+import base64
 import hashlib
 import hmac
 import time
@@ -13,26 +15,44 @@ from dataclasses import asdict, dataclass
 
 import rfc8785
 
+from intentgate.keys import load_ed25519_private_key
+
 
 MAX_SAFE_INTEGER = 2**53 - 1
+INTEGER_RANGE_MESSAGE = (
+    "payload integers must be within ±(2^53-1); send larger values as strings")
+
+
+class UnsignablePayload(ValueError):
+    """The payload has no RFC 8785 form that binds exactly this value, so nothing is signed."""
+
+
+class IntegerOutOfRange(UnsignablePayload):
+    """An integer beyond +/-(2**53 - 1): RFC 8785 numbers are IEEE doubles, so such an integer
+    would be signed as a rounded double that other integers share. Send it as a string."""
+
+
+class NonFiniteNumber(UnsignablePayload):
+    """NaN or an infinity: no JSON text, so no canonical form."""
 
 
 def canonical_json(value):
-    """RFC 8785 bytes; integers beyond +/-(2**53 - 1) become the doubles JavaScript would see."""
+    """RFC 8785 bytes of `value`, or UnsignablePayload when no such bytes bind it exactly."""
     try:
         return rfc8785.dumps(value)
     except rfc8785.IntegerDomainError:
-        return rfc8785.dumps(_as_doubles(value))
-
-
-def _as_doubles(value):
-    if isinstance(value, dict):
-        return {key: _as_doubles(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_as_doubles(item) for item in value]
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_SAFE_INTEGER:
-        return float(value)
-    return value
+        raise IntegerOutOfRange(INTEGER_RANGE_MESSAGE) from None
+    except rfc8785.FloatDomainError:
+        raise NonFiniteNumber("payload numbers must be finite (no NaN or infinity)") from None
+    except (rfc8785.CanonicalizationError, UnicodeError) as exc:
+        if isinstance(exc, UnicodeError) or isinstance(exc.__cause__, UnicodeError):
+            raise UnsignablePayload(
+                "payload strings must be valid Unicode (no lone surrogates)") from None
+        raise UnsignablePayload(f"payload cannot be canonicalized (RFC 8785): {exc}") from None
+    except ValueError:
+        # rfc8785 fails this way only while spelling an integer past Python's int-to-str digit
+        # limit into its own IntegerDomainError message.
+        raise IntegerOutOfRange(INTEGER_RANGE_MESSAGE) from None
 
 
 def signing_message(intent_hash, match_id, timestamp, payload, scheme="bound"):
@@ -50,6 +70,16 @@ def sign_response(secret, intent_hash, match_id, timestamp, payload, scheme="bou
     return hmac.new(secret.encode("utf-8"), message, hashlib.sha256).hexdigest()
 
 
+def sign_response_ed25519(private_key, intent_hash, match_id, timestamp, payload):
+    """Return the base64 Ed25519 signature of a response's bound message.
+
+    `private_key` is PKCS#8 PEM (str or bytes) or a cryptography Ed25519PrivateKey; pass the
+    key object to skip parsing the PEM on every call."""
+    key = load_ed25519_private_key(private_key)
+    message = signing_message(intent_hash, match_id, timestamp, payload)
+    return base64.b64encode(key.sign(message)).decode("ascii")
+
+
 @dataclass(frozen=True)
 class ScaleResponse:
     """The AI service's signed response, as the tenant sends it to verify."""
@@ -64,6 +94,14 @@ class ScaleResponse:
         match_id = match_id or uuid.uuid4().hex
         timestamp = int(time.time()) if timestamp is None else timestamp
         signature = sign_response(secret, intent_hash, match_id, timestamp, payload, scheme)
+        return cls(match_id, payload, timestamp, signature)
+
+    @classmethod
+    def sign_ed25519(cls, private_key, intent_hash, payload, match_id=None, timestamp=None):
+        """As `sign`, for a tenant on the ed25519 scheme: signed with the AI service's key."""
+        match_id = match_id or uuid.uuid4().hex
+        timestamp = int(time.time()) if timestamp is None else timestamp
+        signature = sign_response_ed25519(private_key, intent_hash, match_id, timestamp, payload)
         return cls(match_id, payload, timestamp, signature)
 
     def to_dict(self):

@@ -12,18 +12,13 @@ HSTS = "max-age=63072000; includeSubDomains"
 PLAIN_HTTP_ALLOWED = ("/health",)
 
 
-def _refuse_plain_http():
+def refuse_plain_http():
     if current_app.config["REQUIRE_TLS"] and not request.is_secure \
             and request.path not in PLAIN_HTTP_ALLOWED:
         raise Forbidden("HTTPS is required: this service does not accept plain HTTP")
 
 
-def _strict_transport(response):
+def strict_transport(response):
     if current_app.config["REQUIRE_TLS"]:
         response.headers["Strict-Transport-Security"] = HSTS
     return response
-
-
-def init_app(app):
-    app.before_request(_refuse_plain_http)
-    app.after_request(_strict_transport)

@@ -1,0 +1,166 @@
+"""A tenant's API keys: several active at once (create a second, deploy it, revoke the first),
+each refused at once on every worker when revoked or expired. Shared by the tenant API, the
+admin API and the CLI; the caller owns the transaction.
+"""
+import logging
+import secrets
+
+from sqlalchemy import and_, bindparam, func, literal, or_, select, update
+
+from app import crypto, database
+from app.clock import billing_period, now_seconds
+from app.errors import Conflict, NotFound, Unauthorized
+from app.extensions import db
+from app.tenants import audit
+from app.tenants.tenant_row import existing_tenant, locked_tenant
+from app.tenants.models import ApiKey, MonthlyUsage, SigningKey, Tenant
+
+log = logging.getLogger(__name__)
+
+MAX_ACTIVE_KEYS = 10
+TOO_MANY = f"a tenant holds at most {MAX_ACTIVE_KEYS} active API keys: revoke one first"
+LAST_KEY = "this is the tenant's last active API key: create another one first"
+DEFAULT_NAME = "default"
+
+
+def _active(now):
+    return (ApiKey.revoked_at.is_(None),
+            or_(ApiKey.expires_at.is_(None), ApiKey.expires_at > now))
+
+
+def _active_count(tenant_id, now):
+    return db.session.execute(
+        select(func.count()).select_from(ApiKey).where(ApiKey.tenant_id == tenant_id,
+                                                       *_active(now))
+    ).scalar_one()
+
+
+def issue(tenant_id, name=DEFAULT_NAME, expires_in=None, now=None):
+    """Add a key row; return (row, plaintext key). The plaintext exists only in this answer."""
+    now = now_seconds() if now is None else now
+    api_key = crypto.new_api_key()
+    row = ApiKey(id="ak_" + secrets.token_hex(12), tenant_id=tenant_id, name=name,
+                 key_digest=crypto.key_digest(api_key), prefix=crypto.display_prefix(api_key),
+                 created_at=now, expires_at=None if expires_in is None else now + expires_in)
+    db.session.add(row)
+    db.session.flush()
+    return row, api_key
+
+
+def create_key(tenant_id, name=DEFAULT_NAME, expires_in=None):
+    locked_tenant(tenant_id)
+    now = now_seconds()
+    if _active_count(tenant_id, now) >= MAX_ACTIVE_KEYS:
+        raise Conflict(TOO_MANY)
+    row, api_key = issue(tenant_id, name, expires_in, now)
+    audit.record(tenant_id, "api_key.created", key_id=row.id, prefix=row.prefix)
+    log.info("api key created", extra={"tenant_id": tenant_id, "api_key_id": row.id})
+    return row, api_key
+
+
+def list_keys(tenant_id):
+    """The tenant's keys that still authenticate, oldest first (never a secret)."""
+    existing_tenant(tenant_id)
+    return db.session.execute(
+        select(ApiKey).where(ApiKey.tenant_id == tenant_id, *_active(now_seconds()))
+        .order_by(ApiKey.created_at, ApiKey.id)
+    ).scalars().all()
+
+
+def revoke_key(tenant_id, key_id):
+    locked_tenant(tenant_id)
+    now = now_seconds()
+    row = db.session.execute(
+        select(ApiKey).where(ApiKey.tenant_id == tenant_id, ApiKey.id == key_id, *_active(now))
+    ).scalar_one_or_none()
+    if row is None:
+        raise NotFound("API key not found")
+    if _active_count(tenant_id, now) == 1:
+        raise Conflict(LAST_KEY)
+    row.revoked_at = now
+    db.session.flush()
+    audit.record(tenant_id, "api_key.revoked", key_id=row.id, prefix=row.prefix)
+    log.info("api key revoked", extra={"tenant_id": tenant_id, "api_key_id": row.id})
+    return row
+
+
+def rotate(tenant_id, key_id=None):
+    """Replace a key by a new one of the same name and expiry, in one transaction: the old key
+    is refused from then on. With `key_id` (SPEC.md's rotate-key: the key that calls) the
+    conditional UPDATE matches only while that key is active, so of two concurrent rotations
+    with one key exactly one wins. Without it (an admin), the tenant's newest active key."""
+    now = now_seconds()
+    if key_id is None:
+        locked_tenant(tenant_id)
+        newest = db.session.execute(
+            select(ApiKey.id).where(ApiKey.tenant_id == tenant_id, *_active(now))
+            .order_by(ApiKey.created_at.desc(), ApiKey.id.desc()).limit(1)
+        ).scalar_one_or_none()
+        if newest is None:
+            raise NotFound("the tenant has no active API key")
+        key_id = newest
+    old = db.session.execute(
+        update(ApiKey).where(ApiKey.id == key_id, ApiKey.tenant_id == tenant_id, *_active(now))
+        .values(revoked_at=now).returning(ApiKey.name, ApiKey.expires_at, ApiKey.prefix)
+    ).first()
+    if old is None:
+        raise Unauthorized("Invalid or inactive API key")
+    expires_in = None if old.expires_at is None else max(1, old.expires_at - now)
+    row, api_key = issue(tenant_id, old.name, expires_in, now)
+    audit.record(tenant_id, "api_key.rotated", key_id=key_id, prefix=old.prefix,
+                 new_key_id=row.id, new_prefix=row.prefix)
+    log.info("api key rotated", extra={"tenant_id": tenant_id, "api_key_id": row.id})
+    return api_key
+
+
+def _tenant_by_key_digest():
+    tenants, keys = Tenant.__table__, ApiKey.__table__
+    usage, signing = MonthlyUsage.__table__, SigningKey.__table__
+    # The active Ed25519 public keys ride along (comma-separated base64), so verifying with
+    # them costs no second round trip; a tenant without keys pays one index probe.
+    aggregate = func.string_agg if database.current().dialect_name == "postgresql" \
+        else func.group_concat
+    public_keys = (
+        select(aggregate(signing.c.public_key, literal(",")))
+        .where(signing.c.tenant_id == tenants.c.id, signing.c.revoked_at.is_(None),
+               or_(signing.c.expires_at.is_(None), signing.c.expires_at > bindparam("now")))
+        .scalar_subquery().label("signing_public_keys")
+    )
+    return (
+        select(*(tenants.c[name] for name, _ in _TENANT_COLUMNS), keys.c.id.label("api_key_id"),
+               keys.c.key_digest, keys.c.prefix, usage.c.usage_count, public_keys)
+        .select_from(
+            keys.join(tenants, tenants.c.id == keys.c.tenant_id)
+            .outerjoin(usage, and_(usage.c.tenant_id == tenants.c.id,
+                                   usage.c.period == bindparam("period"))))
+        .where(keys.c.key_digest == bindparam("digest"), keys.c.revoked_at.is_(None),
+               or_(keys.c.expires_at.is_(None), keys.c.expires_at > bindparam("now")))
+    )
+
+
+# What authentication reads of the tenant (as PostgreSQL types, for the function below).
+_TENANT_COLUMNS = (
+    ("id", "integer"), ("email", "character varying"), ("plan", "character varying"),
+    ("active", "boolean"), ("signing_secret_sealed", "text"),
+    ("previous_signing_secret_sealed", "text"), ("previous_signing_secret_expires_at", "bigint"),
+    ("signature_scheme", "character varying"), ("previous_signature_scheme", "character varying"),
+    ("previous_scheme_valid_until", "bigint"),
+)
+# Every authenticated request runs this: PostgreSQL keeps it planned (see database.Function).
+KEY_LOOKUP_FUNCTION = database.Function(
+    "intentgate_tenant_by_key_digest", _tenant_by_key_digest,
+    arguments=[("digest", "text"), ("period", "text"), ("now", "bigint")],
+    returns=[*_TENANT_COLUMNS, ("api_key_id", "character varying"),
+             ("key_digest", "character varying"), ("prefix", "character varying"),
+             ("usage_count", "bigint"), ("signing_public_keys", "text")],
+)
+
+
+def find_by_key_digest(digest):
+    """The tenant holding this active key digest, with the key's id and prefix, this month's
+    usage_count and its active signing keys (request path: one statement)."""
+    tenant = database.call(KEY_LOOKUP_FUNCTION,
+                           {"digest": digest, "period": billing_period(), "now": now_seconds()})
+    if tenant is None or not crypto.digests_match(tenant.key_digest, digest):
+        return None
+    return tenant

@@ -1,0 +1,24 @@
+// The package loads with import and with require(), through its "exports", as one module.
+import assert from 'node:assert/strict';
+import { createRequire } from 'node:module';
+import { test } from 'node:test';
+
+import signer, { canonicalize, generateEd25519KeyPair, signResponse, signResponseEd25519 }
+  from 'intentgate';
+
+const require = createRequire(import.meta.url);
+
+test('import and require() give the same functions', () => {
+  const required = require('intentgate');
+  assert.equal(required.signResponse, signResponse);
+  assert.equal(required.signResponseEd25519, signResponseEd25519);
+  assert.equal(required.canonicalize, canonicalize);
+  assert.equal(required.generateEd25519KeyPair, generateEd25519KeyPair);
+  assert.equal(signer, required);
+});
+
+test('the package has no runtime dependency', () => {
+  const manifest = require('intentgate/package.json');
+  assert.equal(manifest.dependencies, undefined);
+  assert.ok(manifest.engines.node.startsWith('>=18'));
+});

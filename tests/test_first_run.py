@@ -1,0 +1,120 @@
+"""What a new user or an operator meets first: deploy/run-local.sh and bad settings, each run as a
+real process. A failure says why in one line; nothing runs against the wrong server."""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from tests.conftest import ENCRYPTION_KEY
+from tests.servers import ROOT, free_port
+
+RUN_LOCAL = str(ROOT / "deploy" / "run-local.sh")
+
+
+@pytest.fixture
+def environment(tmp_path):
+    """A process environment on a fresh SQLite file, writing nothing into the checkout."""
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(("GUNICORN_", "TLS_", "FLASK_"))}
+    env.update(DATABASE_URL="sqlite:///" + str(tmp_path / "first-run.db"), REDIS_URL="",
+               SECRET_ENCRYPTION_KEY=ENCRYPTION_KEY, VENV=sys.prefix,
+               SERVICE_LOG=str(tmp_path / "service.log"), FLASK_APP="wsgi")
+    return env
+
+
+def _one_line(stderr):
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    return lines[0]
+
+
+def test_run_local_with_its_port_taken_stops_at_once_naming_the_port(environment, tmp_path):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        environment["GUNICORN_BIND"] = f"127.0.0.1:{port}"
+        result = subprocess.run([RUN_LOCAL], env=environment, capture_output=True, text=True,
+                                timeout=60)
+        holder.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            holder.accept()  # nothing was sent to whatever holds the port
+    assert result.returncode != 0 and result.stdout == ""
+    line = _one_line(result.stderr)
+    assert str(port) in line and "GUNICORN_BIND" in line
+    assert not (tmp_path / "first-run.db").exists()  # stopped before migrating anything
+
+
+def test_run_local_says_why_migrations_failed(environment):
+    environment.update(DATABASE_URL="postgresql://nobody@127.0.0.1:1/none",
+                       GUNICORN_BIND=f"127.0.0.1:{free_port()}")
+    result = subprocess.run([RUN_LOCAL], env=environment, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 1 and result.stdout == ""
+    line = _one_line(result.stderr)
+    assert "flask db upgrade" in line and "OperationalError" in line
+
+
+def test_run_local_runs_the_demo_and_stops_its_server_on_sigterm(environment):
+    port = free_port()
+    environment["GUNICORN_BIND"] = f"127.0.0.1:{port}"
+    process = subprocess.Popen([RUN_LOCAL], env=environment, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    lines, finished = [], threading.Event()
+
+    def read():
+        for line in process.stdout:
+            lines.append(line)
+            if "Stop: Ctrl-C" in line:
+                finished.set()
+        finished.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        assert finished.wait(180), "".join(lines)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(60)
+    output = "".join(lines)
+    assert f"Intent verification service on http://127.0.0.1:{port}" in output, (
+        output + process.stderr.read())
+    for expected in ("cleared ->", "blocked -> InvalidSignature",
+                     "replay blocked -> ReplayedIntent"):
+        assert expected in output
+    with pytest.raises(ConnectionRefusedError):  # the script's gunicorn is gone with it
+        socket.create_connection(("127.0.0.1", port), timeout=10).close()
+
+
+def _flask(environment, *args):
+    return subprocess.run([sys.executable, "-m", "flask", *args], cwd=ROOT, env=environment,
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("command", [("tenants", "list"), ("db", "upgrade")])
+def test_a_bad_setting_is_one_line_from_the_flask_cli(environment, command):
+    environment["CLOCK_SKEW_SECONDS"] = "soon"
+    result = _flask(environment, *command)
+    assert result.returncode != 0 and result.stdout == ""
+    assert _one_line(result.stderr) == (
+        "Configuration error: CLOCK_SKEW_SECONDS must be an integer, got 'soon'")
+
+
+@pytest.mark.parametrize("name, value", [("DATABASE_URL", "mysql://x/y"),
+                                         ("TAXONOMY_PATH", "/nonexistent/taxonomy.json"),
+                                         ("GUNICORN_WORKERS", "lots")])
+def test_a_bad_setting_stops_gunicorn_with_one_line(environment, name, value):
+    environment.update(GUNICORN_BIND=f"127.0.0.1:{free_port()}", GUNICORN_WORKERS="1")
+    environment[name] = value
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-m", "gunicorn", "-c", "deploy/gunicorn.conf.py",
+                             "wsgi:app"], cwd=ROOT, env=environment, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode != 0 and result.stdout == ""
+    line = _one_line(result.stderr)
+    assert line.startswith("Configuration error: ") and name in line
+    assert time.monotonic() - started < 60  # not a worker respawned in a loop

@@ -1,0 +1,62 @@
+"""deploy/gunicorn.conf.py in itself: the worker count in a container, from fake cgroup files."""
+import importlib.util
+
+import pytest
+
+from tests.servers import ROOT
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("gunicorn_conf_under_test",
+                                                  ROOT / "deploy" / "gunicorn.conf.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def conf():
+    return _load()
+
+
+def _cgroups(tmp_path, self_cgroup, files):
+    root = tmp_path / "cgroup"
+    for relative, text in files.items():
+        (root / relative).parent.mkdir(parents=True, exist_ok=True)
+        (root / relative).write_text(text + "\n")
+    root.mkdir(exist_ok=True)
+    (tmp_path / "self-cgroup").write_text(self_cgroup)
+    return {"cgroup_root": root, "proc_self_cgroup": tmp_path / "self-cgroup"}
+
+
+@pytest.mark.parametrize("self_cgroup, files, online, expected", [
+    # cgroup v2 in a container (its own namespace): docker run --cpus=1.5 on an 8-core host
+    ("0::/\n", {"cpu.max": "150000 100000"}, 8, 2),
+    ("0::/\n", {"cpu.max": "max 100000"}, 8, 8),
+    # v2 on a host: the quota of a parent slice binds its services
+    ("0::/system.slice/intentgate.service\n",
+     {"system.slice/cpu.max": "50000 100000",
+      "system.slice/intentgate.service/cpu.max": "max 100000"}, 8, 1),
+    # v1, the container's cgroup mounted where the host's path does not exist
+    ("4:cpu,cpuacct:/docker/0123abcd\n3:memory:/docker/0123abcd\n",
+     {"cpu,cpuacct/cpu.cfs_quota_us": "200000", "cpu,cpuacct/cpu.cfs_period_us": "100000"}, 16, 2),
+    ("1:cpu:/\n", {"cpu/cpu.cfs_quota_us": "-1", "cpu/cpu.cfs_period_us": "100000"}, 4, 4),
+    # a quota above the cores the process may use changes nothing
+    ("0::/\n", {"cpu.max": "400000 100000"}, 2, 2),
+])
+def test_available_cpus_honours_the_container_cpu_quota(conf, tmp_path, self_cgroup, files,
+                                                        online, expected):
+    paths = _cgroups(tmp_path, self_cgroup, files)
+    assert conf.available_cpus(online=online, **paths) == expected
+
+
+def test_without_cgroup_files_the_cores_count(conf, tmp_path):
+    missing = {"cgroup_root": tmp_path / "none", "proc_self_cgroup": tmp_path / "none" / "cgroup"}
+    assert conf.cgroup_cpu_quota(**missing) is None
+    assert conf.available_cpus(online=3, **missing) == 3
+
+
+def test_default_workers_follow_the_available_cpus(monkeypatch):
+    monkeypatch.delenv("GUNICORN_WORKERS", raising=False)
+    conf = _load()
+    assert conf.workers == 2 * conf.available_cpus() + 1

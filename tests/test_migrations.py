@@ -1,0 +1,73 @@
+"""Migrations carry data over: a database made by the previous schema keeps working."""
+import hashlib
+import uuid
+
+import pytest
+from flask_migrate import downgrade, upgrade
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from app import create_app, crypto
+from app.clock import billing_period
+from app.config import normalize_database_url
+from app.extensions import db
+from tests.conftest import TEST_DATABASE_URL
+
+BEFORE_API_KEYS = "3b7c1d2e4f60"  # the revision before api_keys became their own table
+
+
+@pytest.fixture
+def empty_database_url(tmp_path):
+    """A database of its own (the suite's shared one is already at the newest revision)."""
+    if not TEST_DATABASE_URL:
+        yield "sqlite:///" + str(tmp_path / "migration.db")
+        return
+    name = f"migration_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(normalize_database_url(TEST_DATABASE_URL), isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(TEST_DATABASE_URL).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def test_a_key_made_before_the_upgrade_works_after_it(base_settings, empty_database_url,
+                                                      leak_watch):
+    app = create_app({**base_settings, "SQLALCHEMY_DATABASE_URI": empty_database_url})
+    api_key = crypto.new_api_key()
+    leak_watch.add(api_key)
+    with app.app_context():
+        upgrade(revision=BEFORE_API_KEYS)
+        # A tenant as the previous schema made it: its one key digest on the tenants row.
+        db.session.execute(text(
+            "INSERT INTO tenants (email, plan, active, api_key_digest, api_key_prefix,"
+            " signing_secret_sealed, signature_scheme, created_at)"
+            " VALUES ('old@example.com', 'pro', :active, :digest, :prefix, :sealed, 'bound',"
+            " CURRENT_TIMESTAMP)"),
+            {"active": True, "digest": crypto.key_digest(api_key),
+             "prefix": crypto.display_prefix(api_key), "sealed": crypto.seal("sig_live_" + "a" * 64)})
+        db.session.execute(text("INSERT INTO monthly_usage (tenant_id, period, usage_count)"
+                                " SELECT id, :period, 7 FROM tenants"), {"period": billing_period()})
+        db.session.commit()
+        upgrade()
+        db.session.remove()
+    client = app.test_client()
+    usage = client.get("/v1/tenant/usage", headers={"X-Service-Key": api_key})
+    assert usage.status_code == 200 and usage.get_json()["email"] == "old@example.com"
+    assert usage.get_json()["usage_count"] == 7  # the tenant's rows survive the copy of its table
+    (key,) = client.get("/v1/tenant/keys", headers={"X-Service-Key": api_key}).get_json()["keys"]
+    assert (key["name"], key["prefix"]) == ("default", api_key[:15])
+    with app.app_context():
+        stored = db.session.execute(text("SELECT key_digest FROM api_keys")).scalar_one()
+        assert stored == hashlib.sha256(api_key.encode()).hexdigest()
+        # And back: the downgrade puts the tenant's active key on its row again.
+        db.session.remove()
+        downgrade(revision=BEFORE_API_KEYS)
+        digest = db.session.execute(text("SELECT api_key_digest FROM tenants")).scalar_one()
+        assert digest == crypto.key_digest(api_key)
+        db.session.remove()
+        db.engine.dispose()
+    app.extensions["database"].engine.dispose()

@@ -1,0 +1,100 @@
+"""The documented setups with a real nginx in front of real gunicorn: deploy/nginx.conf (TLS) and
+deploy/nginx-compose.conf (the compose stack). Sync workers never face a slow client; /metrics
+stays off the public listener; the app trusts exactly the one hop nginx is."""
+import ssl
+import time
+
+import pytest
+import requests
+import trustme
+
+from tests.proxies import NginxServer, SlowClients, nginx_binary, render
+
+CONFIGS = ["nginx.conf", "nginx-compose.conf"]
+
+
+@pytest.fixture
+def nginx():
+    binary = nginx_binary()
+    if not binary:
+        pytest.skip("nginx is not installed (.ci/run installs Debian's nginx-light)")
+    return binary
+
+
+@pytest.fixture
+def tls(tmp_path):
+    ca = trustme.CA()
+    certificate = ca.issue_cert("127.0.0.1")
+    paths = {"cert": tmp_path / "cert.pem", "key": tmp_path / "key.pem", "ca": tmp_path / "ca.pem"}
+    certificate.cert_chain_pems[0].write_to_path(paths["cert"])
+    certificate.private_key_pem.write_to_path(paths["key"])
+    ca.cert_pem.write_to_path(paths["ca"])
+    return paths
+
+
+@pytest.fixture
+def behind_nginx(embedded_gunicorn, nginx, tls, tmp_path):
+    """start(config, **environment): sync gunicorn workers (as in production) behind nginx.
+    Returns (gunicorn, nginx, base URL through nginx, verify argument for requests)."""
+    start_gunicorn, _ = embedded_gunicorn
+    proxies = []
+
+    def start(config, **environment):
+        server = start_gunicorn(workers=2, threads=1, TRUSTED_PROXY_HOPS="1", **environment)
+        directory = tmp_path / config.replace(".", "-")
+        directory.mkdir()
+        path, port = render(config, directory, server.port, tls)
+        proxy = NginxServer(nginx, path, port, directory)
+        proxies.append(proxy)
+        proxy.start()
+        scheme = "https" if config == "nginx.conf" else "http"
+        return server, proxy, f"{scheme}://127.0.0.1:{port}", str(tls["ca"])
+
+    yield start
+    for proxy in proxies:
+        proxy.stop()
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_slow_clients_hold_nginx_connections_never_the_workers(behind_nginx, tls, config):
+    server, proxy, url, verify = behind_nginx(config, REQUIRE_TLS="false")
+    context = None
+    if config == "nginx.conf":
+        context = ssl.create_default_context(cafile=verify)
+    # 20 slow clients against 2 workers: facing gunicorn directly they would hold both workers
+    # for the whole 40 s worker timeout and /health would not answer.
+    with SlowClients(proxy.port, count=20, context=context) as slow:
+        answered, deadline = 0, time.monotonic() + 10
+        while time.monotonic() < deadline:
+            time.sleep(1)
+            response = requests.get(url + "/health", verify=verify, timeout=15)
+            assert response.status_code == 200 and response.json()["status"] == "ok"
+            assert slow.held() == 20, "every slow client is still connected and unanswered"
+            answered += 1
+    assert answered >= 1
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_nginx_keeps_metrics_private_and_is_the_one_trusted_hop(behind_nginx, config):
+    server, _, url, verify = behind_nginx(
+        config, METRICS_ENABLED="true", AUTH_FAILURE_LIMIT="5 per minute",
+        REQUIRE_TLS="true" if config == "nginx.conf" else "false")
+    for path in ("/metrics", "/metrics?format=text", "//metrics", "/%6Detrics"):
+        denied = requests.get(url + path, verify=verify, timeout=10)
+        # nginx's own refusal (HTML), not the app's JSON: the request never reached gunicorn
+        assert denied.status_code == 403, path
+        assert denied.headers["Content-Type"].startswith("text/html"), path
+    # HTTPS as nginx saw it counts (REQUIRE_TLS with nginx.conf): past the HTTPS check, only the
+    # key is wrong. nginx overwrites a client's X-Forwarded-For, so a new address per attempt
+    # does not escape the failed-authentication limit, one bucket for both workers.
+    started = time.monotonic()
+    answers = [requests.get(url + "/v1/tenant/usage", verify=verify, timeout=10,
+                            headers={"X-Service-Key": "key_live_" + "0" * 48,
+                                     "X-Forwarded-For": f"203.0.113.{attempt}"})
+               for attempt in range(12)]
+    statuses = [answer.status_code for answer in answers]
+    refilled = int((time.monotonic() - started) * 5 / 60) + 1  # 5 a minute, however slow
+    assert statuses[:5] == [401] * 5 and set(statuses[5:]) <= {401, 429}, statuses
+    assert statuses.count(401) <= 5 + refilled, statuses
+    # nginx passes the app's own Server header: no server software named.
+    assert {answer.headers["Server"] for answer in answers} == {"intentgate"}
