@@ -41,10 +41,10 @@ def _body_bytes():
         raw = request.get_data(cache=True)
         # Werkzeug stops a chunked body (no Content-Length) at the limit without a word; one
         # more byte from the server's stream tells a body cut short from one exactly that long.
-        limit = request.max_content_length
-        if (request.content_length is None and limit is not None and len(raw) >= limit
-                and request.environ["wsgi.input"].read(1)):
-            raise RequestEntityTooLarge()
+        if request.content_length is None:
+            limit = request.max_content_length
+            if limit is not None and len(raw) >= limit and request.environ["wsgi.input"].read(1):
+                raise RequestEntityTooLarge()
     except ParseException:
         # gunicorn parses chunked framing lazily, while the app reads: a malformed chunk size
         # or terminator surfaces here.
@@ -61,11 +61,12 @@ def assign_request_id():
 def protective_headers(response):
     """CONTRACT.md's headers on every response. API answers are never cached: some carry
     credentials (provisioning, rotation), and none is meant to be reused."""
+    # add, not set: only these hooks write these headers (set would scan the list each time).
     headers = response.headers
-    headers["X-Request-Id"] = g.get("request_id") or uuid.uuid4().hex
-    headers["X-Content-Type-Options"] = "nosniff"
+    headers.add("X-Request-Id", g.get("request_id") or uuid.uuid4().hex)
+    headers.add("X-Content-Type-Options", "nosniff")
     if request.path.startswith("/v1/"):
-        headers["Cache-Control"] = "no-store"
+        headers.add("Cache-Control", "no-store")
         if current_app.config["CORS_ORIGINS"]:
             # CORS answers depend on the Origin even when this one carries no CORS header.
             response.vary.add("Origin")

@@ -20,5 +20,5 @@ def refuse_plain_http():
 
 def strict_transport(response):
     if current_app.config["REQUIRE_TLS"]:
-        response.headers["Strict-Transport-Security"] = HSTS
+        response.headers.add("Strict-Transport-Security", HSTS)  # no other code writes it
     return response

@@ -8,7 +8,7 @@ import io
 import logging
 
 from flask import request_finished, request_started
-from pythonjsonlogger.json import JsonFormatter
+from app.logs import JsonLineFormatter
 
 SECRET_FIELDS = ("api_key", "signing_secret", "new_key")
 PRIVATE_KEY_MARKER = "PRIVATE KEY-----"
@@ -43,7 +43,7 @@ class LeakWatch:
         self.watch_requests = True
         self.buffer = io.StringIO()
         self.handler = logging.StreamHandler(self.buffer)
-        self.handler.setFormatter(JsonFormatter())
+        self.handler.setFormatter(JsonLineFormatter())
         self.handler.setLevel(logging.DEBUG)
 
     def watch(self, app):

@@ -105,6 +105,19 @@ def test_log_lines_are_json_with_the_request_id(app, client, capfd):
     assert access[-1]["status"] == 200 and access[-1]["path"] == "/health"
 
 
+def test_an_unhandled_error_is_one_json_line_with_its_traceback(app, client, capfd):
+    @app.get("/boom-logged")
+    def boom():
+        raise RuntimeError("deep inside")
+
+    assert client.get("/boom-logged", headers={"X-Request-Id": "log-check-2"}).status_code == 500
+    lines = [json.loads(line) for line in capfd.readouterr().err.splitlines() if line.startswith("{")]
+    (error,) = [line for line in lines if line["message"] == "unhandled error"]
+    assert error["level"] == "ERROR" and error["request_id"] == "log-check-2"
+    assert error["exc_info"].startswith("Traceback") and "RuntimeError: deep inside" in error["exc_info"]
+    assert {"time", "logger", "pid"} <= error.keys()
+
+
 def test_protective_headers_on_every_kind_of_response(app, client, tenant):
     @app.get("/boom-headers")
     def boom():
@@ -118,6 +131,7 @@ def test_protective_headers_on_every_kind_of_response(app, client, tenant):
     assert [r.status_code for r in responses] == [200, 404, 405, 500, 401, 413, 200]
     for response in responses:
         assert response.headers["X-Content-Type-Options"] == "nosniff"
+        assert len(response.headers.getlist("X-Request-Id")) == 1
         assert "Server" not in response.headers  # gunicorn's own is set in its config
     # Responses that can carry a credential (and every other API answer) are never cached.
     rotated = client.post("/v1/tenant/rotate-key", headers=tenant.headers)

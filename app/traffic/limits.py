@@ -80,9 +80,10 @@ def rate_headers(response):
     decision = g.pop("rate_decision", None)
     if decision is None or not request.path.startswith("/v1/"):
         return response
-    response.headers["X-RateLimit-Limit"] = str(decision.capacity)
-    response.headers["X-RateLimit-Remaining"] = str(max(decision.remaining, 0))
-    response.headers["X-RateLimit-Reset"] = str(decision.reset_at)
+    headers = response.headers  # written by this hook alone: add, no search for an earlier one
+    headers.add("X-RateLimit-Limit", str(decision.capacity))
+    headers.add("X-RateLimit-Remaining", str(max(decision.remaining, 0)))
+    headers.add("X-RateLimit-Reset", str(decision.reset_at))
     return response
 
 
