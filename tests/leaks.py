@@ -8,6 +8,7 @@ import io
 import logging
 
 from flask import request_finished, request_started
+
 from app.logs import JsonLineFormatter
 
 SECRET_FIELDS = ("api_key", "signing_secret", "new_key")

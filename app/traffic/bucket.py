@@ -10,10 +10,10 @@ import time
 from dataclasses import dataclass
 
 import redis
+from flask import current_app
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.cluster import ClusterNode, RedisCluster
 from redis.retry import Retry
-from flask import current_app
 from sqlalchemy import bindparam, select, text
 
 from app import database
