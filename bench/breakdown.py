@@ -5,11 +5,8 @@ import argparse
 import time
 from collections import defaultdict
 
-from sqlalchemy import event
-from sqlalchemy.orm import Session
-
 from common import verify_workload  # first: it puts the repository on sys.path
-from app.extensions import db  # noqa: E402
+from app import database  # noqa: E402
 from app.traffic import bucket  # noqa: E402
 
 spent = defaultdict(float)
@@ -30,26 +27,27 @@ def main():
     parser.add_argument("--requests", type=int, default=2000)
     args = parser.parse_args()
     app, client, headers, bodies = verify_workload(args.requests)
-    with app.app_context():
-        engine = db.engine
 
-    # Database time per statement kind, measured at the driver (cursor.execute / commit).
-    statement_started = {}
+    # Database time per statement kind, at the DBAPI cursor the request path runs on.
+    def kind(statement):
+        sql = statement.sql.lstrip()
+        return ("db: verify statement" if "intentgate_verify" in sql or sql.startswith("WITH") else
+                "db: key lookup" if "tenant_by_key_digest" in sql else
+                "db: health select" if " FROM " not in sql.upper() else "db: other")
 
-    @event.listens_for(engine, "before_cursor_execute")
-    def before(conn, cursor, statement, parameters, context, executemany):
-        statement_started[id(cursor)] = time.perf_counter()
+    rows = database._rows  # pylint: disable=protected-access
 
-    @event.listens_for(engine, "after_cursor_execute")
-    def after(conn, cursor, statement, parameters, context, executemany):
-        kind = ("db: verify statement" if "intentgate_verify" in statement or statement.lstrip().startswith("WITH") else
-                "db: auth select" if "tenant_by_key_digest" in statement else
-                "db: health select" if statement.strip() == "SELECT 1" else "db: other")
-        spent[kind] += time.perf_counter() - statement_started.pop(id(cursor))
+    def timed_rows(statement, params):
+        started = time.perf_counter()
+        try:
+            return rows(statement, params)
+        finally:
+            spent[kind(statement)] += time.perf_counter() - started
 
+    database._rows = timed_rows
+    database._run = timed("db: BEGIN / COMMIT", database._run)
     bucket.RedisBucket.take = timed("redis: token bucket", bucket.RedisBucket.take)
     bucket.RedisBucket.available = timed("redis: ping", bucket.RedisBucket.available)
-    Session.commit = timed("db: commit (incl. BEGIN/flush)", Session.commit)
 
     for label, call in (("verify", lambda body: client.post("/v1/intent/verify", headers=headers,
                                                             json=body)),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
-from tests.servers import free_port
+from tests.servers import HANDED_OUT, free_port
 
 PGBOUNCER = shutil.which("pgbouncer") or (
     "/usr/sbin/pgbouncer" if os.path.exists("/usr/sbin/pgbouncer") else None)
@@ -110,12 +110,14 @@ class RedisClusterProcesses:
         """A port whose cluster bus port (port + 10000) is free as well."""
         for _ in range(50):
             port = free_port()
-            if port + 10000 < 65536:
+            bus = port + 10000
+            if bus < 65536 and bus not in HANDED_OUT:
                 with socket.socket() as probe:
                     try:
-                        probe.bind(("127.0.0.1", port + 10000))
+                        probe.bind(("127.0.0.1", bus))
                     except OSError:
                         continue
+                HANDED_OUT.add(bus)  # no other server of this run may take the bus port
                 return port
         raise RuntimeError("no free port pair for a Redis Cluster node")
 
@@ -124,6 +126,13 @@ class RedisClusterProcesses:
         return "redis+cluster://" + ",".join(f"127.0.0.1:{port}" for port in self.ports)
 
     def start(self):
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()  # the masters already started must not outlive a failed start
+            raise
+
+    def _start(self):
         self.directory.mkdir(parents=True, exist_ok=True)
         for port in self.ports:
             log_path = self.directory / f"redis-{port}.log"

@@ -13,10 +13,21 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# Every port this test run gave out. The kernel may offer a port again once its probe socket
+# is closed, and two servers of one test handed the same port would see one bind fail while
+# the other answers for both.
+HANDED_OUT = set()
+
+
 def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    """A local port that is free now and that no other server of this run was given."""
+    while True:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        if port not in HANDED_OUT:
+            HANDED_OUT.add(port)
+            return port
 
 
 class GunicornServer:
