@@ -1,11 +1,11 @@
 """The admin HTTP API and key delivery by email over a real SMTP server (aiosmtpd)."""
 import email
 import json
-import socket
 
 import pytest
 from aiosmtpd.controller import Controller
 
+from tests.servers import free_port
 from tests.support import assert_envelope
 
 
@@ -18,16 +18,10 @@ class Inbox:
         return "250 OK"
 
 
-def _free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture
 def smtp_inbox(app):
     inbox = Inbox()
-    controller = Controller(inbox, hostname="127.0.0.1", port=_free_port())
+    controller = Controller(inbox, hostname="127.0.0.1", port=free_port())
     controller.start()
     app.config.update(SMTP_HOST="127.0.0.1", SMTP_PORT=controller.port)
     yield inbox
@@ -152,7 +146,7 @@ def test_free_plan_key_is_not_emailed(client, admin_headers, smtp_inbox, runner)
 
 
 def test_smtp_failure_is_reported_and_the_tenant_still_exists(client, admin_headers, caplog):
-    client.application.config.update(SMTP_HOST="127.0.0.1", SMTP_PORT=_free_port(), SMTP_TIMEOUT=2)
+    client.application.config.update(SMTP_HOST="127.0.0.1", SMTP_PORT=free_port(), SMTP_TIMEOUT=2)
     response = client.post("/v1/admin/tenants", headers=admin_headers,
                            json={"email": "unlucky@example.com", "plan": "pro", "send_email": True})
     body = response.get_json()
