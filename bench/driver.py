@@ -80,15 +80,28 @@ def summarize(samples):
     return summary
 
 
+def chosen_scenarios(only):
+    """SCENARIOS, or those named in `only` (comma-separated) and the baseline they are
+    compared with."""
+    if not only:
+        return SCENARIOS
+    names = set(only.split(",")) | {BASELINE}
+    unknown = names - {scenario.name for scenario in SCENARIOS}
+    if unknown:
+        raise SystemExit(f"--only: no scenario named {', '.join(sorted(unknown))}")
+    return tuple(scenario for scenario in SCENARIOS if scenario.name in names)
+
+
 def interleaved_rounds(runner, args, concurrencies):
     """Every scenario at every concurrency once per round; medians over rounds."""
-    samples = {c: {s.name: [] for s in SCENARIOS} for c in concurrencies}
+    scenarios = chosen_scenarios(args.only)
+    samples = {c: {s.name: [] for s in scenarios} for c in concurrencies}
     if args.warmup:
-        for scenario in SCENARIOS:  # connections, imports and caches, not measured
+        for scenario in scenarios:  # connections, imports and caches, not measured
             runner.run(scenario, max(concurrencies), args.warmup, learn=False)
     for round_number in range(1, args.runs + 1):
         for concurrency in concurrencies:
-            for scenario in SCENARIOS:
+            for scenario in scenarios:
                 result = runner.run(scenario, concurrency, args.duration)
                 samples[concurrency][scenario.name].append(result)
                 print(f"round {round_number} c={concurrency:<3} {scenario.name:16} "
@@ -96,7 +109,7 @@ def interleaved_rounds(runner, args, concurrencies):
     table = {}
     for concurrency, by_name in samples.items():
         rows = {name: summarize(runs) for name, runs in by_name.items()}
-        for scenario in SCENARIOS:
+        for scenario in scenarios:
             row, baseline = rows[scenario.name], rows[BASELINE]
             row.update(label=scenario.label, server=scenario.server,
                        expect_cleared=scenario.expect_cleared,
@@ -148,6 +161,7 @@ def main():
     parser.add_argument("--warmup", type=int, default=1, help="seconds per scenario, 0: none")
     parser.add_argument("--growth-concurrency", type=int, default=8)
     parser.add_argument("--skip-growth", action="store_true")
+    parser.add_argument("--only", help="comma-separated scenario names (the baseline is kept)")
     args = parser.parse_args()
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     RESULTS.mkdir(parents=True, exist_ok=True)
