@@ -167,8 +167,10 @@ def main():
     RESULTS.mkdir(parents=True, exist_ok=True)
     results = {"run": about_this_run(args, concurrencies)}
 
+    # BENCH_LOG_LEVEL=WARNING prices the access log line (one per request at INFO).
+    log_level = os.environ.get("BENCH_LOG_LEVEL", "INFO")
     service = Server("service", "wsgi:app", "/health", args.workers,
-                     RESULTS / "gunicorn-service.log", {"LOG_LEVEL": "INFO"})
+                     RESULTS / "gunicorn-service.log", {"LOG_LEVEL": log_level})
     # The reference builds no connection in the master, and the config's preload hook is the
     # service's (it disposes app.extensions.db), so the reference never preloads.
     reference = Server("reference", "bench.reference:app", "/json", args.workers,
