@@ -4,6 +4,7 @@ import os
 from flask import Flask
 from sqlalchemy import event
 from werkzeug.middleware.proxy_fix import ProxyFix
+from werkzeug.routing import UnicodeConverter
 
 from app import config as settings
 from app import crypto, database, errors, http, https_only, logs, metrics
@@ -12,13 +13,34 @@ from app.extensions import context_store, cors, db, migrate
 from app.traffic import limits
 
 
+class PathSegment(UnicodeConverter):
+    """A string path parameter (a key id): one segment without control characters. A NUL would
+    otherwise reach the database, which refuses it with an error of its own (a 500)."""
+
+    def __init__(self, url_map, *args, **kwargs):
+        super().__init__(url_map, *args, **kwargs)
+        self.regex = self.regex.replace("[^/]", "[^/\\x00-\\x1f\\x7f]")
+
+
 class IntentGate(Flask):
     """Flask, with the coroutine test of each view and hook made once per function instead of
-    on every call: a dozen inspect calls per request, and none of our functions is async."""
+    on every call (a dozen inspect calls per request, and none of our functions is async), and
+    routing that answers in the contract's JSON: no redirects, automatic OPTIONS in JSON."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._callables = {}
+        self.url_map.converters["default"] = self.url_map.converters["string"] = PathSegment
+        # werkzeug would redirect "/v1//x" to "/v1/x" with an HTML page and a Location made
+        # from the client's Host header; such a path is simply not found.
+        self.url_map.merge_slashes = False
+
+    def make_default_options_response(self):
+        """The automatic OPTIONS answer (CORS preflights too), in JSON like every response."""
+        allowed = super().make_default_options_response().allow
+        response = self.json.response({"allow": sorted(allowed)})
+        response.allow.update(allowed)
+        return response
 
     def ensure_sync(self, func):
         ready = self._callables.get(func)

@@ -73,7 +73,8 @@ def authenticate(kinds=("tenant", "admin"), texts=GATE_TEXTS):
             principal = resolve(api_key) if api_key else None
             if principal is None:
                 limits.count_failed_authentication()
-                raise Unauthorized(texts[1] if api_key else texts[0])
+                # An empty header is present: it is an invalid key, not a missing one.
+                raise Unauthorized(texts[1] if api_key is not None else texts[0])
             if principal.kind not in kinds:
                 raise Forbidden(_wrong_kind_text(kinds))
             g.principal = principal

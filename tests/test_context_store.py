@@ -91,6 +91,19 @@ def test_store_failures_are_502_and_write_nothing(client, tenant, httpserver, st
     assert TOKEN not in caplog.text
 
 
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+def test_a_redirect_is_502_and_not_followed(client, tenant, httpserver, store_url, caplog, status):
+    # Following it would send the user's token to wherever the store points, and use its answer.
+    httpserver.expect_request("/context").respond_with_response(
+        Response(status=status, headers={"Location": httpserver.url_for("/elsewhere")}))
+    httpserver.expect_request("/elsewhere").respond_with_json({"tags": ["mortgage"]})
+    response = _generate(client, tenant)
+    assert_envelope(response, 502, "context store request failed")
+    assert [request.path for request, _ in httpserver.log] == ["/context"]
+    assert _failures(caplog)[-1] == f"status {status}"
+    assert _no_intent_written(client.application) and _nothing_metered(client, tenant)
+
+
 def test_read_timeout_is_502(client, tenant, httpserver, store_url, caplog):
     answered = threading.Event()
 

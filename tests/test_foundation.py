@@ -74,6 +74,31 @@ def test_unknown_path_is_a_json_404(client):
     assert_envelope(client.get("/v1/nothing-here"), 404, "not found")
 
 
+def test_paths_are_not_redirected_nor_hold_control_characters(client, tenant):
+    # werkzeug would merge "//" with an HTML 308 whose Location comes from the Host header.
+    doubled = client.post("/v1//intent/generate", json={"user_token": "a" * 20},
+                          headers={**tenant.headers, "Host": "evil.example"})
+    assert_envelope(doubled, 404, "not found")
+    assert "Location" not in doubled.headers
+    # A key id with a NUL or another control character names no key (the database would
+    # refuse the NUL with an error of its own).
+    for key_id in ("%00", "ab%01cd", "%7F"):
+        assert_envelope(client.delete(f"/v1/tenant/keys/{key_id}", headers=tenant.headers),
+                        404, "not found")
+        assert_envelope(client.delete(f"/v1/tenant/signing-keys/{key_id}",
+                                      headers=tenant.headers), 404, "not found")
+
+
+def test_automatic_options_answers_are_json(client):
+    for path, allowed in (("/health", ["GET", "HEAD", "OPTIONS"]),
+                          ("/v1/intent/generate", ["OPTIONS", "POST"])):
+        response = client.options(path)
+        assert response.status_code == 200 and response.mimetype == "application/json"
+        assert response.get_json() == {"allow": allowed}
+        assert set(response.headers["Allow"].split(", ")) == set(allowed)
+        assert response.headers["X-Content-Type-Options"] == "nosniff"
+
+
 def test_wrong_method_is_a_json_405_with_allow(client):
     response = client.get("/v1/tenant/rotate-key")
     assert_envelope(response, 405, "method not allowed")

@@ -27,7 +27,8 @@ def test_missing_key_is_401_with_the_account_text(client, method, path):
 
 
 @pytest.mark.parametrize("method, path", ACCOUNT_ENDPOINTS)
-@pytest.mark.parametrize("key", ["key_live_" + "0" * 48, "not-a-key", "key_live_" + "A" * 48])
+# An empty header is present: an invalid key, not a missing one.
+@pytest.mark.parametrize("key", ["key_live_" + "0" * 48, "not-a-key", "key_live_" + "A" * 48, ""])
 def test_unknown_key_is_401_with_the_account_text(client, method, path, key):
     response = getattr(client, method)(path, headers={"X-Service-Key": key})
     assert_envelope(response, 401, "Invalid or inactive API key")

@@ -26,6 +26,25 @@ def test_every_v1_response_has_rate_headers(client, tenant):
     assert "X-RateLimit-Limit" not in client.get("/health").headers
 
 
+def test_v1_answers_before_authentication_show_the_address_bucket_unspent(client, tenant):
+    # No such endpoint or method, a preflight: answered before any key is read, so the
+    # headers are the client address's failure bucket (20 a minute here), spending nothing.
+    for _ in range(2):
+        for response in (client.get("/v1/nothing-here", headers=tenant.headers),
+                         client.put("/v1/tenant/usage", headers=tenant.headers),
+                         client.options("/v1/intent/generate")):
+            assert response.status_code in (404, 405, 200)
+            assert response.headers["X-RateLimit-Limit"] == "20"
+            assert response.headers["X-RateLimit-Remaining"] == "20"
+            assert int(response.headers["X-RateLimit-Reset"]) >= int(time.time())
+    assert client.get("/v1/tenant/usage", headers=BAD_KEY).status_code == 401
+    after_a_failure = client.get("/v1/nothing-here")
+    assert after_a_failure.headers["X-RateLimit-Remaining"] == "19"
+    # The tenant's own bucket was not touched by any of them.
+    usage = client.get("/v1/tenant/usage", headers=tenant.headers)
+    assert usage.headers["X-RateLimit-Remaining"] == "99"
+
+
 def test_the_bucket_empties_and_refills(app, client, tenant):
     app.config.update(RATE_LIMIT_CAPACITY=5, RATE_LIMIT_REFILL_PER_MINUTE=60)
     statuses = [client.get("/v1/tenant/usage", headers=tenant.headers).status_code for _ in range(7)]

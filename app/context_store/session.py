@@ -140,7 +140,10 @@ class ContextStoreSession:
         deadline = _Deadline(seconds)
         token = _current_deadline.set(deadline)
         try:
-            with self.session.post(url, timeout=timeout, stream=True, **kwargs) as response:
+            # A redirect is an answer like any other non-2xx: following it would send the
+            # user's token to another address, and spend the request's budget on a second call.
+            with self.session.post(url, timeout=timeout, stream=True, allow_redirects=False,
+                                   **kwargs) as response:
                 if not 200 <= response.status_code < 300:
                     return response.status_code, b""
                 return response.status_code, _bounded_body(response)

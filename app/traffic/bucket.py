@@ -17,12 +17,13 @@ from redis.retry import Retry
 from sqlalchemy import bindparam, select, text
 
 from app import database
+from app.errors import Unavailable
 from app.traffic.models import RateBucket
 
 KEY_PREFIX = "intentgate:bucket:"
 
-# KEYS[1] bucket; ARGV capacity, refill per second. Returns {allowed, tokens left as string}.
-TOKEN_BUCKET_LUA = """
+# KEYS[1] bucket; ARGV capacity, refill per second. Leaves `tokens` as the bucket holds now.
+_REFILL_LUA = """
 local capacity = tonumber(ARGV[1])
 local rate = tonumber(ARGV[2])
 local clock = redis.call('TIME')
@@ -31,7 +32,11 @@ local state = redis.call('HMGET', KEYS[1], 'tokens', 'at')
 local tokens = tonumber(state[1]) or capacity
 local at = tonumber(state[2]) or now
 tokens = math.min(capacity, tokens + math.max(0, now - at) * rate)
-local allowed = 0
+"""
+# Returns the tokens as a string, spending none and writing nothing.
+PEEK_LUA = _REFILL_LUA + "return tostring(tokens)\n"
+# Returns {allowed, tokens left as string}.
+TOKEN_BUCKET_LUA = _REFILL_LUA + """local allowed = 0
 if tokens >= 1 then
   tokens = tokens - 1
   allowed = 1
@@ -79,9 +84,9 @@ class RedisBucket:
                 require_full_coverage=False,
                 retry=Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.05), retries=2),
                 **self.timeouts)
-            self._script, self._pid = self._client.register_script(TOKEN_BUCKET_LUA), None
+            self._scripts, self._pid = self._register(), None
         else:
-            self._client = self._script = self._pid = None
+            self._client = self._scripts = self._pid = None
 
     @property
     def client(self):
@@ -96,18 +101,29 @@ class RedisBucket:
         if not self.cluster and self._pid != os.getpid():
             self._client = redis.Redis.from_url(self.url, single_connection_client=True,
                                                 **self.timeouts)
-            self._script, self._pid = self._client.register_script(TOKEN_BUCKET_LUA), os.getpid()
+            self._scripts, self._pid = self._register(), os.getpid()
         return self._client
 
+    def _register(self):
+        return {"take": self._client.register_script(TOKEN_BUCKET_LUA),
+                "peek": self._client.register_script(PEEK_LUA)}
+
     def take(self, owner, capacity, rate):
+        allowed, tokens = self._run("take", owner, capacity, rate)
+        return _decision(bool(allowed), float(tokens), capacity, rate, time.time())
+
+    def peek(self, owner, capacity, rate):
+        tokens = float(self._run("peek", owner, capacity, rate))
+        return _decision(tokens >= 1, tokens, capacity, rate, time.time())
+
+    def _run(self, script, owner, capacity, rate):
         # The braces are a hash tag: in a Redis Cluster the bucket's key names its own slot.
         try:
             client = self.client
-            allowed, tokens = self._script(keys=[f"{KEY_PREFIX}{{{owner}}}"],
-                                           args=[capacity, rate], client=client)
+            return self._scripts[script](keys=[f"{KEY_PREFIX}{{{owner}}}"],
+                                         args=[capacity, rate], client=client)
         except redis.RedisError as exc:
             raise StoreUnavailable(type(exc).__name__) from exc
-        return _decision(bool(allowed), float(tokens), capacity, rate, time.time())
 
     def available(self):
         """Every node that holds buckets answers (a cluster's masters, each of them)."""
@@ -145,12 +161,26 @@ class DatabaseBucket:
             row = database.first("bucket_take", lambda: _TAKE_SQL, params)
         if row is not None:
             return _decision(True, row.tokens, capacity, rate, now)
-        state = database.first("bucket_state", _bucket_state, params)
-        left = min(capacity, state.tokens + (now - state.updated_at) * rate)
-        return _decision(False, left, capacity, rate, now)
+        return _decision(False, _left(owner, capacity, rate, now), capacity, rate, now)
+
+    def peek(self, owner, capacity, rate):
+        now = time.time()
+        try:
+            left = _left(owner, capacity, rate, now)
+        except Unavailable as exc:  # the database is down: so is this store
+            raise StoreUnavailable("database") from exc
+        return _decision(left >= 1, left, capacity, rate, now)
 
     def available(self):
         return True
+
+
+def _left(owner, capacity, rate, now):
+    """The tokens `owner`'s bucket row holds at `now` (a bucket not made yet is full)."""
+    state = database.first("bucket_state", _bucket_state, {"bucket": owner})
+    if state is None:
+        return capacity
+    return min(capacity, state.tokens + (now - state.updated_at) * rate)
 
 
 def _create_bucket():
@@ -180,6 +210,11 @@ def init_app(app):
 def take(owner, capacity, rate):
     """Spend one token of `owner`'s bucket (`capacity` tokens, refilling `rate` per second)."""
     return current_app.extensions["rate_bucket"].take(owner, capacity, rate)
+
+
+def peek(owner, capacity, rate):
+    """What `owner`'s bucket holds now, spending nothing."""
+    return current_app.extensions["rate_bucket"].peek(owner, capacity, rate)
 
 
 def store_available():

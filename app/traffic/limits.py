@@ -38,15 +38,19 @@ def count_failed_authentication():
     """Spend a token of the client address's failure bucket: past AUTH_FAILURE_LIMIT the
     answer is 429, not 401. Only failures are counted, so a valid request costs nothing here
     and keys still cannot be guessed at speed."""
-    # "20 per minute" as a bucket: 20 failures at once, refilled at 20 a minute.
-    item = parse(current_app.config["AUTH_FAILURE_LIMIT"])
-    capacity, rate = item.amount, item.amount / item.get_expiry()
     try:
-        decision = bucket.take("address:" + client_address(), capacity, rate)
+        decision = bucket.take(*_failure_bucket())
     except bucket.StoreUnavailable as exc:
         log.error("rate-limit store unavailable", extra={"failure": str(exc)})
         return  # the 401 still stands; only the guessing limit is lost while the store is down
     _apply(decision)
+
+
+def _failure_bucket():
+    """(owner, capacity, refill per second) of the client address's failure bucket:
+    "20 per minute" is 20 failures at once, refilled at 20 a minute."""
+    item = parse(current_app.config["AUTH_FAILURE_LIMIT"])
+    return "address:" + client_address(), item.amount, item.amount / item.get_expiry()
 
 
 def _spend(owner, capacity, rate):
@@ -76,10 +80,17 @@ def _store_down(exc):
 
 
 def rate_headers(response):
-    """X-RateLimit-* from the bucket this request spent from, on every /v1/* response."""
+    """X-RateLimit-* on every /v1/* response: from the bucket this request spent from, or, for
+    one answered before authentication (no such endpoint or method, a CORS preflight, tenants
+    switched off), from the client address's failure bucket, read without spending."""
     decision = g.pop("rate_decision", None)
-    if decision is None or not request.path.startswith("/v1/"):
+    if not request.path.startswith("/v1/"):
         return response
+    if decision is None:
+        try:
+            decision = bucket.peek(*_failure_bucket())
+        except bucket.StoreUnavailable:
+            return response  # the store is down: nothing true to say
     headers = response.headers  # written by this hook alone: add, no search for an earlier one
     headers.add("X-RateLimit-Limit", str(decision.capacity))
     headers.add("X-RateLimit-Remaining", str(max(decision.remaining, 0)))
