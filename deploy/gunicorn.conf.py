@@ -126,7 +126,9 @@ with app_settings.exit_on_config_error():
     max_requests_jitter = _env_int("GUNICORN_MAX_REQUESTS_JITTER", 200, minimum=0)
 
 bind = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000").split(",")
-worker_class = "gthread" if threads > 1 else "sync"
+# gunicorn's sync and gthread workers, answering in JSON where gunicorn answers (app.workers).
+worker_class = ("app.workers.JsonErrorsThreadWorker" if threads > 1
+                else "app.workers.JsonErrorsSyncWorker")
 keepalive = 5
 preload_app = os.environ.get("GUNICORN_PRELOAD", "false").lower() == "true"
 control_socket_disable = True

@@ -370,6 +370,62 @@ def test_chunked_bodies_through_gunicorn_are_held_to_64_kib_and_well_formed(serv
         assert body["request_id"] == headers["x-request-id"]
 
 
+def _refusals(api_key):
+    """Requests gunicorn refuses before the app sees them, with the answer each gets."""
+    return [
+        # A key in the query string and a control character: gunicorn's own page and log
+        # line quoted this request line whole.
+        (f"GET /v1/tenant/usage?api_key={api_key}\x01 HTTP/1.1\r\nHost: x\r\n\r\n",
+         400, "malformed HTTP request"),
+        ("get /health HTTP/1.1\r\nHost: x\r\n\r\n", 400, "malformed HTTP request"),
+        (f"GET /health HTTP/1.1\r\nHost: x\r\nX-Service-Key: {api_key}\x00\r\n\r\n",
+         400, "malformed HTTP request"),
+        ("GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n",
+         400, "malformed HTTP request"),
+        ("GET /" + "a" * 5000 + " HTTP/1.1\r\nHost: x\r\n\r\n", 414, "request line too long"),
+        ("GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + "b" * 9000 + "\r\n\r\n",
+         431, "request headers too large"),
+        ("GET /health HTTP/1.1\r\nHost: x\r\nExpect: 999-foo\r\n\r\n",
+         417, "expectation not supported"),
+        ("POST /v1/intent/generate HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: xchunked\r\n\r\n",
+         501, "transfer coding not supported"),
+    ]
+
+
+@pytest.mark.parametrize("threads", [1, 2], ids=["sync worker", "gthread worker"])
+def test_requests_gunicorn_refuses_are_answered_in_the_envelope(embedded_gunicorn, leak_watch,
+                                                                 threads):
+    start, cli = embedded_gunicorn
+    created = json.loads(cli("tenants", "create", "--email", "refused@example.com", "--json"))
+    leak_watch.add(created["api_key"], created["signing_secret"])  # checked in the logs at stop
+    server = start(workers=1, threads=threads)
+    for request, status, error in _refusals(created["api_key"]):
+        answer = _raw_exchange(server.port, request, b"")
+        assert answer[:2] == (status, answer[1]) and answer[1]["content-type"] == "application/json"
+        assert answer[2] == {"error": error, "request_id": answer[1]["x-request-id"]}
+        assert answer[1]["x-content-type-options"] == "nosniff"
+        assert created["api_key"] not in json.dumps(answer)
+    log = server.log_path.read_text(errors="replace")
+    assert log.count("request refused by the server") == len(_refusals(""))
+    assert "<html>" not in log
+
+
+def test_a_worker_stopped_by_its_timeout_answers_in_the_envelope(embedded_gunicorn,
+                                                                 leak_watch):
+    # A client that promises 100 bytes and sends 14 holds a sync worker until gunicorn's
+    # timeout stops it; without a proxy in front (deploy/README), that client gets the 500.
+    start, cli = embedded_gunicorn
+    created = json.loads(cli("tenants", "create", "--email", "slow@example.com", "--json"))
+    leak_watch.add(created["api_key"], created["signing_secret"])
+    server = start(workers=1, threads=1, GUNICORN_TIMEOUT=2)
+    head = ("POST /v1/intent/generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"X-Service-Key: {created['api_key']}\r\nContent-Length: 100\r\n\r\n")
+    status, headers, body = _raw_exchange(server.port, head, b'{"user_token":')
+    assert (status, headers["content-type"]) == (500, "application/json")
+    assert body == {"error": "internal server error", "request_id": headers["x-request-id"]}
+    assert "request failed in the server" in server.log_path.read_text(errors="replace")
+
+
 # -- Properties: any JSON value or bytes, on every route, answers below 500 in the envelope ---
 
 def _string_literals():

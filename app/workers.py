@@ -1,0 +1,103 @@
+"""gunicorn's workers (deploy/gunicorn.conf.py names them), answering in the contract's JSON when
+gunicorn itself answers: a request it cannot parse (the app never sees it), a worker stopped in
+the middle of a request (its timeout).
+
+gunicorn's own answer is an HTML page that quotes the bad request line, and its log line quotes
+it too: a key sent in a query string would reach both. These answers and log lines name the
+kind of failure only, and carry a request id like every other answer (CONTRACT.md, Wire
+format)."""
+import json
+import traceback
+import uuid
+from ssl import SSLError
+
+from gunicorn import util
+from gunicorn.http.errors import (
+    ChunkMissingTerminator,
+    ConfigurationProblem,
+    ExpectationFailed,
+    ForbiddenProxyRequest,
+    InvalidChunkExtension,
+    InvalidChunkSize,
+    InvalidH2CPreface,
+    InvalidHeader,
+    InvalidHeaderName,
+    InvalidHTTPVersion,
+    InvalidProxyLine,
+    InvalidRequestLine,
+    InvalidRequestMethod,
+    InvalidSchemeHeaders,
+    LimitRequestHeaders,
+    LimitRequestLine,
+    ObsoleteFolding,
+    UnsupportedTransferCoding,
+)
+from gunicorn.workers.gthread import ThreadWorker
+from gunicorn.workers.sync import SyncWorker
+
+MALFORMED = (400, "Bad Request", "malformed HTTP request")
+# What gunicorn refuses, as (status, reason, error text); the first class that matches wins.
+REFUSALS = (
+    (LimitRequestLine, (414, "URI Too Long", "request line too long")),
+    (LimitRequestHeaders, (431, "Request Header Fields Too Large", "request headers too large")),
+    (ExpectationFailed, (417, "Expectation Failed", "expectation not supported")),
+    (UnsupportedTransferCoding, (501, "Not Implemented", "transfer coding not supported")),
+    ((ForbiddenProxyRequest, SSLError), (403, "Forbidden", "forbidden")),
+    ((InvalidRequestLine, InvalidRequestMethod, InvalidHTTPVersion, InvalidHeader,
+      InvalidHeaderName, InvalidProxyLine, InvalidSchemeHeaders, ObsoleteFolding,
+      InvalidH2CPreface, InvalidChunkSize, ChunkMissingTerminator, InvalidChunkExtension),
+     MALFORMED),
+)
+FAILED = (500, "Internal Server Error", "internal server error")
+
+
+def describe(exc):
+    """(status, reason, error text) for what gunicorn met; anything it did not refuse as the
+    client's fault (a misconfiguration, a worker stopped mid-request) is a 500."""
+    if isinstance(exc, ConfigurationProblem):
+        return FAILED
+    for kinds, answer in REFUSALS:
+        if isinstance(exc, kinds):
+            return answer
+    return FAILED
+
+
+def error_answer(status, reason, error, request_id):
+    body = json.dumps({"error": error, "request_id": request_id}).encode("ascii")
+    head = (f"HTTP/1.1 {status} {reason}\r\n"
+            "Connection: close\r\n"
+            "Content-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n"
+            f"X-Request-Id: {request_id}\r\n"
+            "X-Content-Type-Options: nosniff\r\n"
+            "Cache-Control: no-store\r\n\r\n")
+    return head.encode("ascii") + body
+
+
+class JsonErrors:
+    """Replaces gunicorn's Worker.handle_error (it writes HTML and logs the request line)."""
+
+    def handle_error(self, req, client, addr, exc):
+        answer = describe(exc)
+        status, reason, error = answer
+        request_id = uuid.uuid4().hex
+        if answer is FAILED:
+            # Where it failed, but not the exception's text, which may quote the request.
+            self.log.error("request failed in the server: %s (status %d, request_id %s)\n%s",
+                           type(exc).__name__, status, request_id,
+                           "".join(traceback.format_tb(exc.__traceback__)))
+        else:
+            self.log.warning("request refused by the server: %s (status %d, request_id %s)",
+                             type(exc).__name__, status, request_id)
+        try:
+            util.write_nonblock(client, error_answer(status, reason, error, request_id))
+        except Exception:  # noqa: BLE001 - the client may be gone; gunicorn ignores this too
+            self.log.debug("Failed to send error message.")
+
+
+class JsonErrorsSyncWorker(JsonErrors, SyncWorker):
+    pass
+
+
+class JsonErrorsThreadWorker(JsonErrors, ThreadWorker):
+    pass
