@@ -74,6 +74,27 @@ def test_slow_clients_hold_nginx_connections_never_the_workers(behind_nginx, tls
     assert answered >= 1
 
 
+def _nginx_envelope(response, status, error):
+    """An answer nginx made itself, in the contract's envelope with its request id."""
+    assert response.status_code == status
+    assert response.headers["Content-Type"] == "application/json"
+    assert response.headers["X-Content-Type-Options"] == "nosniff"
+    assert response.json() == {"error": error, "request_id": response.headers["X-Request-Id"]}
+    return True
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_nginx_answers_of_its_own_are_json(behind_nginx, config):
+    server, _, url, verify = behind_nginx(config, REQUIRE_TLS="false")
+    too_large = requests.post(url + "/v1/intent/generate", data=b"x" * (70 * 1024), verify=verify,
+                              headers={"Content-Type": "application/json"}, timeout=10)
+    assert _nginx_envelope(too_large, 413, "request body too large (limit 64 KiB)")
+    server.stop()
+    unreachable = requests.get(url + "/health", verify=verify, timeout=20)
+    assert _nginx_envelope(unreachable, 503, "service temporarily unavailable")
+    assert unreachable.headers["Retry-After"] == "1"
+
+
 @pytest.mark.parametrize("config", CONFIGS)
 def test_nginx_keeps_metrics_private_and_is_the_one_trusted_hop(behind_nginx, config):
     server, _, url, verify = behind_nginx(
@@ -81,9 +102,10 @@ def test_nginx_keeps_metrics_private_and_is_the_one_trusted_hop(behind_nginx, co
         REQUIRE_TLS="true" if config == "nginx.conf" else "false")
     for path in ("/metrics", "/metrics?format=text", "//metrics", "/%6Detrics"):
         denied = requests.get(url + path, verify=verify, timeout=10)
-        # nginx's own refusal (HTML), not the app's JSON: the request never reached gunicorn
-        assert denied.status_code == 403, path
-        assert denied.headers["Content-Type"].startswith("text/html"), path
+        # nginx's own refusal, in the envelope: the request never reached gunicorn.
+        assert _nginx_envelope(denied, 403, "forbidden"), path
+    assert not [record for record in server.log_records()
+                if record.get("logger") == "app.access" and "etrics" in record.get("path", "")]
     # HTTPS as nginx saw it counts (REQUIRE_TLS with nginx.conf): past the HTTPS check, only the
     # key is wrong. nginx overwrites a client's X-Forwarded-For, so a new address per attempt
     # does not escape the failed-authentication limit, one bucket for both workers.
