@@ -88,8 +88,8 @@ def _recorded(decorator):
 HEADERS = {
     "X-Request-Id": ("Correlation id: the caller's when it matches ^[A-Za-z0-9._-]{1,128}$, "
                      "else a new one.", "string", True),
-    "X-RateLimit-Limit": ("Token bucket capacity (or, on 401, the per-address failure limit).",
-                          "integer", False),
+    "X-RateLimit-Limit": ("Token bucket capacity (or, on 401 and on answers made before the key "
+                          "is read, the per-address failure limit).", "integer", False),
     "X-RateLimit-Remaining": ("Whole tokens left.", "integer", False),
     "X-RateLimit-Reset": ("Unix time at which the bucket is full again.", "integer", False),
     "Retry-After": ("Seconds to wait before retrying.", "integer", False),
