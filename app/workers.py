@@ -14,7 +14,6 @@ from ssl import SSLError
 from gunicorn import util
 from gunicorn.http.errors import (
     ChunkMissingTerminator,
-    ConfigurationProblem,
     ExpectationFailed,
     ForbiddenProxyRequest,
     InvalidChunkExtension,
@@ -54,8 +53,6 @@ FAILED = (500, "Internal Server Error", "internal server error")
 def describe(exc):
     """(status, reason, error text) for what gunicorn met; anything it did not refuse as the
     client's fault (a misconfiguration, a worker stopped mid-request) is a 500."""
-    if isinstance(exc, ConfigurationProblem):
-        return FAILED
     for kinds, answer in REFUSALS:
         if isinstance(exc, kinds):
             return answer
