@@ -93,8 +93,8 @@ class JsonErrors:
 
 
 class JsonErrorsSyncWorker(JsonErrors, SyncWorker):
-    pass
+    """gunicorn's sync worker (GUNICORN_THREADS=1), with JsonErrors' answers."""
 
 
 class JsonErrorsThreadWorker(JsonErrors, ThreadWorker):
-    pass
+    """gunicorn's gthread worker (GUNICORN_THREADS above 1), with JsonErrors' answers."""

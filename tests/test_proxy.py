@@ -89,6 +89,7 @@ def test_nginx_answers_of_its_own_are_json(behind_nginx, config):
     too_large = requests.post(url + "/v1/intent/generate", data=b"x" * (70 * 1024), verify=verify,
                               headers={"Content-Type": "application/json"}, timeout=10)
     assert _nginx_envelope(too_large, 413, "request body too large (limit 64 KiB)")
+    assert "Retry-After" not in too_large.headers
     server.stop()
     unreachable = requests.get(url + "/health", verify=verify, timeout=20)
     assert _nginx_envelope(unreachable, 503, "service temporarily unavailable")
