@@ -138,7 +138,7 @@ def redis_cluster_nodes(url):
     nodes = []
     for node in url[len(REDIS_CLUSTER_SCHEME):].rstrip("/").split(","):
         host, _, port = node.strip().rpartition(":")
-        if not host or "/" in host or "@" in host or not port.isdigit():
+        if not host or "/" in host or "@" in host or not (port.isascii() and port.isdigit()):
             raise problem
         if not 0 < int(port) < 65536:
             raise problem

@@ -46,6 +46,10 @@ class Conflict(ApiError):
     status = 409
 
 
+class UnsupportedMediaType(ApiError):
+    status = 415
+
+
 class Unprocessable(ApiError):
     status = 422
 

@@ -40,6 +40,7 @@ def health():
     healthy = all(state == "ok" for state in checks.values())
     if healthy:
         return {"status": "ok", "checks": checks}
-    # Still the error envelope of every 5xx, with the checks that failed.
+    # Still the error envelope of every 5xx, with the checks that failed, and the Retry-After
+    # every other 503 of the service carries.
     return {"status": "unavailable", "checks": checks, "error": "service unavailable",
-            "request_id": g.get("request_id")}, 503
+            "request_id": g.get("request_id")}, 503, {"Retry-After": "1"}

@@ -8,7 +8,7 @@ from gunicorn.http.errors import ParseException
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from app import strict_json
-from app.errors import BadRequest
+from app.errors import BadRequest, UnsupportedMediaType
 
 REQUEST_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,128}")
 
@@ -27,8 +27,15 @@ def _parse_body(allow_empty):
     raw = _body_bytes()
     if allow_empty and not raw:
         return {}
-    if not request.is_json:
+    # application/json itself: not any +json type, whose rules (a JSON patch, say) are not ours.
+    if request.mimetype != "application/json":
         raise BadRequest("Content-Type must be application/json")
+    charset = request.mimetype_params.get("charset")
+    if charset is not None and charset.lower() not in ("utf-8", "utf8"):
+        raise BadRequest(strict_json.NOT_UTF8)
+    if request.headers.get("Content-Encoding", "identity").lower() != "identity":
+        raise UnsupportedMediaType("Content-Encoding is not supported: send the body uncompressed",
+                                   headers={"Accept-Encoding": "identity"})
     body = strict_json.loads(raw)
     if not isinstance(body, dict):
         raise BadRequest(strict_json.NOT_AN_OBJECT)

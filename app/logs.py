@@ -1,6 +1,7 @@
 """One JSON object per log line, each carrying the request id of the request that wrote it."""
 import json
 import logging
+import re
 import sys
 import time
 from contextlib import contextmanager
@@ -9,6 +10,8 @@ from flask import g, has_request_context, request
 
 
 access_log = logging.getLogger("app.access")
+# An API key or signing secret a client put in a path (DELETE /v1/tenant/keys/key_live_...).
+_CREDENTIAL_IN_PATH = re.compile(r"(key|sig)_live_[^/]*")
 
 
 class StderrHandler(logging.StreamHandler):
@@ -77,9 +80,12 @@ def init_app(app):
 def log_request(response):
     """One JSON line per request: what was asked, how it ended, and what it decided."""
     elapsed_ms = (time.perf_counter() - g.get("request_started", time.perf_counter())) * 1000
-    # The path, never the query string: keys must not travel in URLs, and if a client puts one
-    # there anyway it must not reach the log.
-    fields = {"method": request.method, "path": request.path, "status": response.status_code,
+    # The path, never the query string, and a key or secret in the path masked: keys must not
+    # travel in URLs, and if a client puts one there anyway it must not reach the log.
+    path = request.path
+    if "_live_" in path:
+        path = _CREDENTIAL_IN_PATH.sub(r"\1_live_[redacted]", path)
+    fields = {"method": request.method, "path": path, "status": response.status_code,
               "duration_ms": round(elapsed_ms, 2)}
     for name in ("verdict", "intent_class"):
         value = g.get(name)

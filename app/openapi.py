@@ -103,6 +103,7 @@ V1_ERRORS = {
     "403": "The key is of the wrong kind for this endpoint, or plain HTTP where HTTPS is "
            "required.",
     "413": "Body over 64 KiB.",
+    "415": "A body sent with a Content-Encoding: send it uncompressed.",
     "429": "`rate limit exceeded` (also for too many failed authentications from one address).",
     "503": "`Multi-tenancy not configured`, or the database or rate-limit store is down.",
 }

@@ -6,6 +6,8 @@ from sqlalchemy.exc import IntegrityError
 from app.errors import Conflict
 from app.extensions import db
 
+MAX_ID = 2**31 - 1  # tenant and admin key ids are 32-bit integers in the database
+
 
 @contextmanager
 def unit_of_work():

@@ -67,9 +67,20 @@ def test_list_show_set_plan_and_usage(app, runner):
                      "rate_limit": 500_000, "remaining": 499_995}
 
 
-def test_unknown_tenant_is_a_one_line_error(runner):
-    result = _invoke(runner, "tenants", "show", "nobody@example.com")
+@pytest.mark.parametrize("reference", ["nobody@example.com", "99999999999999999999", "²", "٣"])
+def test_unknown_tenant_is_a_one_line_error(runner, reference):
+    result = _invoke(runner, "tenants", "show", reference)
     assert result.exit_code == 1 and result.output.strip() == "Error: tenant not found"
+
+
+def test_a_public_key_file_that_is_not_text_is_a_one_line_error(runner, tmp_path):
+    tenant = _create(runner)
+    binary = tmp_path / "key.der"
+    binary.write_bytes(b"\x30\x2a\xff\xfe" + bytes(40))
+    result = _invoke(runner, "tenants", "signing-keys", "add", str(tenant["tenant_id"]),
+                     str(binary))
+    assert result.exit_code == 1
+    assert result.output == "Error: PUBLIC_KEY_FILE must be text: a PEM file or base64\n"
 
 
 def test_deactivate_activate_and_rotate_key(runner, client):
@@ -170,6 +181,7 @@ def test_revoke_takes_an_id_or_an_explicit_name(app, runner, client):
     (["1", "--name", "reports"], "give either the admin key's id or --name NAME"),
     (["99999"], "admin key not found"),
     (["99999999999999999999"], "admin key not found"),
+    (["²"], "admin key ids are numbers; to revoke by name, use --name '²'"),
     (["--name", "nobody"], "admin key not found"),
 ])
 def test_revoke_errors_are_one_line(app, runner, args, error):

@@ -147,9 +147,13 @@ def test_answer_of_64_kib_is_read_and_one_byte_more_is_502(client, tenant, https
     ("[" * 30_000 + "]" * 30_000, "answer is nested too deeply"),
     ('{"tags": [], "extra": ' + "[" * 64 + "]" * 64 + "}", "answer is nested too deeply"),
     ('{"tags": ["checkout"], "extra": ' + "[" * 63 + "]" * 63 + "}", None),
+    # Nor is anything a request body may not hold.
+    ('{"tags": ["checkout"], "score": NaN}', "answer is not JSON"),
+    ('{"tags": ["checkout", "\\ud800"]}', "answer is not JSON"),
+    ('{"tags": ["checkout"]}'.encode("utf-16"), "answer is not JSON"),
 ])
-def test_answer_nested_deeper_than_the_wire_limit_is_502(client, tenant, httpserver, store_url,
-                                                         caplog, answer, failure):
+def test_an_answer_no_request_body_could_be_is_502(client, tenant, httpserver, store_url,
+                                                  caplog, answer, failure):
     httpserver.expect_request("/context").respond_with_data(answer, content_type="application/json")
     response = _generate(client, tenant)
     if failure is None:

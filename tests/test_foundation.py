@@ -130,6 +130,19 @@ def test_log_lines_are_json_with_the_request_id(app, client, capfd):
     assert access[-1]["status"] == 200 and access[-1]["path"] == "/health"
 
 
+def test_a_key_or_secret_in_the_path_is_masked_in_the_access_line(client, tenant, leak_watch,
+                                                                  capfd):
+    """A client passing its key where a key id belongs gets its 404; the log keeps no key."""
+    leak_watch.add(tenant.api_key)
+    for credential in (tenant.api_key, tenant.signing_secret):
+        response = client.delete(f"/v1/tenant/keys/{credential}", headers=tenant.headers)
+        assert_envelope(response, 404, "API key not found")
+    lines = [json.loads(line) for line in capfd.readouterr().err.splitlines() if line.startswith("{")]
+    paths = [line["path"] for line in lines if line.get("logger") == "app.access"]
+    assert paths[-2:] == ["/v1/tenant/keys/key_live_[redacted]",
+                          "/v1/tenant/keys/sig_live_[redacted]"]
+
+
 def test_an_unhandled_error_is_one_json_line_with_its_traceback(app, client, capfd):
     @app.get("/boom-logged")
     def boom():

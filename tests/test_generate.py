@@ -1,5 +1,6 @@
 """POST /v1/intent/generate: validation, the context store over real HTTP, hashes, no leaks."""
 import base64
+import gzip
 import json
 import re
 import time
@@ -93,11 +94,27 @@ def test_token_edges_are_accepted(client, tenant):
     ("[1, 2]", "application/json", "request body must be a JSON object"),
     ("{broken", "application/json", "request body must be a JSON object"),
     ('{"user_token": "x"}', "text/plain", "Content-Type must be application/json"),
+    ('{"user_token": "x"}', "application/merge-patch+json", "Content-Type must be application/json"),
+    ('{"user_token": "x"}', "application/json; charset=latin-1",
+     "request body must be UTF-8 encoded JSON"),
 ])
 def test_malformed_bodies(client, tenant, data, content_type, error):
     response = client.post("/v1/intent/generate", headers=tenant.headers, data=data,
                            content_type=content_type)
     assert_envelope(response, 400, error)
+
+
+def test_a_declared_utf8_body_is_accepted_and_a_compressed_one_is_415(client, tenant):
+    body = json.dumps({"user_token": TOKEN})
+    for content_type in ("application/json; charset=utf-8", "Application/JSON; charset=UTF8"):
+        response = client.post("/v1/intent/generate", headers=tenant.headers, data=body,
+                               content_type=content_type)
+        assert response.status_code == 200
+    compressed = client.post("/v1/intent/generate", data=gzip.compress(body.encode()),
+                             headers={**tenant.headers, "Content-Encoding": "gzip"},
+                             content_type="application/json")
+    assert_envelope(compressed, 415, "Content-Encoding is not supported: send the body uncompressed")
+    assert compressed.headers["Accept-Encoding"] == "identity"
 
 
 @pytest.mark.parametrize("headers", [{}, {"X-Service-Key": "key_live_" + "1" * 48},

@@ -15,7 +15,6 @@ from intentgate.signing import IntegerOutOfRange, ScaleResponse
 from tests.support import assert_envelope, scale_response
 
 INTEGER_RANGE = "payload integers must be within ±(2^53-1); send larger values as strings"
-HUGE_INTEGER = "integers must be within ±(2^53-1); send larger values as strings"
 TOO_DEEP = "request body is nested too deeply"
 NOT_UTF8 = "request body must be UTF-8 encoded JSON"
 SURROGATE = "request body strings must be valid Unicode: lone surrogates are not allowed"
@@ -89,19 +88,22 @@ def test_integers_at_the_edge_of_the_safe_range_clear_and_return_unchanged(clien
 
 
 @pytest.mark.parametrize("digits", [4301, 20_000, 60_000])
-def test_integer_literals_beyond_pythons_digit_limit_are_400_in_any_field(client, tenant, digits):
+def test_integer_literals_beyond_pythons_digit_limit_are_400_with_the_fields_text(client, tenant,
+                                                                                 digits):
     literal = "9" * digits
     intent_hash = "sha256:" + "a" * 64
     bodies = [
         ("/v1/intent/verify", _verify_text(intent_hash, {
             "match_id": '"m"', "payload": '{"n": %s}' % literal, "timestamp": "1",
-            "signature": '"00"'})),
+            "signature": '"00"'}), INTEGER_RANGE),
         ("/v1/intent/verify", _verify_text(intent_hash, {
-            "match_id": '"m"', "payload": "{}", "timestamp": "-" + literal, "signature": '"00"'})),
-        ("/v1/intent/generate", '{"user_token": "hostile-user-token", "ttl": %s}' % literal),
+            "match_id": '"m"', "payload": "{}", "timestamp": "-" + literal, "signature": '"00"'}),
+         "response.timestamp must be Unix seconds within ±(2^53-1)"),
+        ("/v1/intent/generate", '{"user_token": "hostile-user-token", "ttl": %s}' % literal,
+         "ttl must be between 1 and 86400 seconds"),
     ]
-    for path, body in bodies:
-        assert_envelope(_post(client, path, tenant, body), 400, HUGE_INTEGER)
+    for path, body, error in bodies:
+        assert_envelope(_post(client, path, tenant, body), 400, error)
 
 
 def test_a_huge_timestamp_is_400_with_or_without_an_idempotency_key(client, tenant):
@@ -251,6 +253,32 @@ def test_lone_surrogates_in_a_response_are_400(client, tenant, where):
         fields["payload"] = '{"k": "v\\udc00"}'
     body = _verify_text("sha256:" + "a" * 64, fields)
     assert_envelope(_post(client, "/v1/intent/verify", tenant, body), 400, SURROGATE)
+
+
+@pytest.mark.parametrize("method, path, caller", BODY_ROUTES)
+@pytest.mark.parametrize("body", [
+    '{"user_token": "x", "user_token": "hostile-user-token"}', '{"a": {"b": 1, "b": 1}}',
+    '{"a": [{"k": 1}, {"k": 2, "\\u006b": 3}]}',  # an escaped "k" is the same key
+])
+def test_a_key_repeated_within_one_object_is_400_everywhere(client, tenant, callers, method, path,
+                                                            caller, body):
+    response = _post(client, path.format(tenant_id=tenant.tenant_id), callers[caller], body, method)
+    assert_envelope(response, 400, "request body repeats a key within one object")
+
+
+def test_a_payload_repeating_a_key_is_refused_not_judged_on_either_value(client, tenant):
+    """Parsers disagree on {"a": 1, "a": 2}; what the gate verified must be what a client shows."""
+    intent_hash = _generate(client, tenant)
+    signed = scale_response(tenant.signing_secret, intent_hash, {"a": 2})
+    body = _verify_text(intent_hash, {
+        "match_id": json.dumps(signed["match_id"]), "payload": '{"a": 1, "a": 2}',
+        "timestamp": str(signed["timestamp"]), "signature": json.dumps(signed["signature"])})
+    assert_envelope(_post(client, "/v1/intent/verify", tenant, body), 400,
+                    "request body repeats a key within one object")
+    # The intent was not consumed: the same response, sent once, clears.
+    verdict = client.post("/v1/intent/verify", headers=tenant.headers,
+                          json={"original_intent_hash": intent_hash, "response": signed})
+    assert verdict.get_json()["cleared"] is True
 
 
 def test_paired_surrogate_escapes_are_ordinary_characters(client, tenant):

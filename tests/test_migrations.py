@@ -1,8 +1,11 @@
 """Migrations carry data over: a database made by the previous schema keeps working."""
+import base64
 import hashlib
 import uuid
 
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519
 from flask_migrate import downgrade, upgrade
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
@@ -11,6 +14,8 @@ from app import create_app, crypto
 from app.clock import billing_period
 from app.config import normalize_database_url
 from app.extensions import db
+from app.sql import unit_of_work
+from app.tenants import service as tenant_service
 from tests.conftest import TEST_DATABASE_URL
 
 BEFORE_API_KEYS = "3b7c1d2e4f60"  # the revision before api_keys became their own table
@@ -68,6 +73,39 @@ def test_a_key_made_before_the_upgrade_works_after_it(base_settings, empty_datab
         downgrade(revision=BEFORE_API_KEYS)
         digest = db.session.execute(text("SELECT api_key_digest FROM tenants")).scalar_one()
         assert digest == crypto.key_digest(api_key)
+        db.session.remove()
+        db.engine.dispose()
+    app.extensions["database"].engine.dispose()
+
+
+BEFORE_WEAK_KEY_CHECK = "f7a1c3e5b920"
+IDENTITY_POINT = base64.b64encode(bytes([1]) + bytes(31)).decode()
+
+
+def test_the_upgrade_revokes_stored_signing_keys_of_small_order(base_settings,
+                                                                 empty_database_url):
+    app = create_app({**base_settings, "SQLALCHEMY_DATABASE_URI": empty_database_url})
+    real = base64.b64encode(ed25519.Ed25519PrivateKey.generate().public_key().public_bytes(
+        serialization.Encoding.Raw, serialization.PublicFormat.Raw)).decode()
+    with app.app_context():
+        upgrade(revision=BEFORE_WEAK_KEY_CHECK)
+        with unit_of_work():
+            tenant_id = tenant_service.create_tenant("weak@example.com", "pro").tenant.id
+        for key_id, public_key in (("sk_weak", IDENTITY_POINT), ("sk_real", real)):
+            db.session.execute(text(
+                "INSERT INTO signing_keys (tenant_id, id, public_key, created_at)"
+                " VALUES (:tenant, :id, :key, 1)"), {"tenant": tenant_id, "id": key_id,
+                                                     "key": public_key})
+        db.session.commit()
+        upgrade()
+        revoked = dict(db.session.execute(text(
+            "SELECT id, revoked_at IS NOT NULL FROM signing_keys")).all())
+        assert revoked == {"sk_weak": True, "sk_real": False}
+        entry = db.session.execute(text(
+            "SELECT action, actor, details FROM audit_log WHERE tenant_id = :tenant"
+            " ORDER BY id DESC LIMIT 1"), {"tenant": tenant_id}).one()
+        assert entry == ("signing_key.revoked", "cli",
+                         '{"key_id": "sk_weak", "reason": "small order"}')
         db.session.remove()
         db.engine.dispose()
     app.extensions["database"].engine.dispose()

@@ -7,11 +7,12 @@ import uuid
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from app.intents.reasons import BLOCK_REASONS
 from tests.support import assert_envelope
 
-GUARD_ERRORS = {"400", "401", "403", "413", "429", "503"}
+GUARD_ERRORS = {"400", "401", "403", "413", "415", "429", "503"}
 
 
 def _routes(app):
@@ -71,6 +72,10 @@ def test_generated_requests_get_documented_answers(app, keys):
     assert {(operation.path, operation.method) for operation in operations} == _routes(app)
     for operation in operations:
         key = keys["admin"] if operation.path.startswith("/v1/admin") else keys["tenant"]
+        # A schema cannot say which 32 bytes are an Ed25519 point of the prime-order subgroup
+        # (about one in sixteen): a schema-valid public key is usually a 400 there, rightly.
+        excluded = [positive_data_acceptance] if (
+            operation.path.endswith("/signing-keys") and operation.method == "post") else []
 
         @given(case=operation.as_strategy())
         @settings(max_examples=40, deadline=None, database=None,
@@ -80,7 +85,7 @@ def test_generated_requests_get_documented_answers(app, keys):
             if case.headers and "Idempotency-Key" in case.headers:
                 # A key reused with another body is a documented 422; each case is a new request.
                 case.headers["Idempotency-Key"] = uuid.uuid4().hex
-            case.call_and_validate(headers={"X-Service-Key": key})
+            case.call_and_validate(headers={"X-Service-Key": key}, excluded_checks=excluded)
 
         exercise()
 

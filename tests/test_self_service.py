@@ -73,7 +73,11 @@ def test_an_expired_key_is_refused_like_a_wrong_one(client, tenant):
 @pytest.mark.parametrize("body, error", [
     ({}, "name is required"),
     ({"name": ""}, "name must be 1 to 100 characters"),
+    ({"name": "   "}, "name must be 1 to 100 characters"),
     ({"name": "a\x00b"}, "name must not contain control characters"),
+    ({"name": "a\u2028b"}, "name must not contain control characters"),
+    ({"name": "ops\u200bkey"}, "name must not contain control characters"),
+    ({"name": "key\u202egnp.exe"}, "name must not contain control characters"),
     ({"name": "x", "expires_in": 0}, "expires_in must be an integer between 1 and 315360000 "
                                      "seconds"),
     ({"name": "x", "expires_in": "60"}, "expires_in must be an integer between 1 and 315360000 "
@@ -82,6 +86,10 @@ def test_an_expired_key_is_refused_like_a_wrong_one(client, tenant):
 ])
 def test_bad_key_requests_are_400(client, tenant, body, error):
     assert_envelope(_create_key(client, tenant.headers, **body), 400, error)
+
+
+def test_key_names_are_trimmed(client, tenant):
+    assert _create_key(client, tenant.headers, name="  deploy 2  ").get_json()["name"] == "deploy 2"
 
 
 def test_rotate_key_replaces_only_the_calling_key(client, tenant):

@@ -171,6 +171,10 @@ BAD_PUBLIC_KEYS = {
     "short": (lambda: base64.b64encode(b"k" * 31).decode(), "must be an Ed25519 public key"),
     "broken pem": (lambda: "-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----",
                    "must be an Ed25519 public key"),
+    "pem and more": (lambda: KeyPair().pem + "trailing text", "must be an Ed25519 public key"),
+    "two pems": (lambda: KeyPair().pem + KeyPair().pem, "must be an Ed25519 public key"),
+    "pem headers": (lambda: KeyPair().pem.replace(
+        "-----\n", "-----\nProc-Type: 4,ENCRYPTED\n\n", 1), "must be an Ed25519 public key"),
 }
 
 
@@ -179,6 +183,49 @@ def test_other_keys_and_garbage_are_400(client, tenant, kind):
     make, text = BAD_PUBLIC_KEYS[kind]
     body = assert_envelope(_add_key(client, tenant, make()), 400)
     assert text in body["error"]
+
+
+# The eight points of small order (RFC 8032 does not refuse them; each verifies forged
+# signatures): the identity, (0, -1), the two of order 4 and the four of order 8.
+SMALL_ORDER_POINTS = [bytes.fromhex(point) for point in (
+    "0100000000000000000000000000000000000000000000000000000000000000",
+    "ecffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",
+    "0000000000000000000000000000000000000000000000000000000000000000",
+    "0000000000000000000000000000000000000000000000000000000000000080",
+    "c7176a703d4dd84fba3c0b760d10670f2a2053fa2c39ccc64ec7fd7792ac037a",
+    "c7176a703d4dd84fba3c0b760d10670f2a2053fa2c39ccc64ec7fd7792ac03fa",
+    "26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc05",
+    "26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc85",
+)]
+# The identity as a point: R = identity and s = 0 verify any message under it.
+FORGED_SIGNATURE = base64.b64encode(SMALL_ORDER_POINTS[0] + bytes(32)).decode()
+
+
+def _mixed_order_point():
+    """A real public key plus a point of order 8: outside the prime-order subgroup."""
+    from nacl.bindings import crypto_core_ed25519_add  # pylint: disable=import-outside-toplevel
+    return crypto_core_ed25519_add(base64.b64decode(KeyPair().raw_base64),
+                                   SMALL_ORDER_POINTS[4])
+
+
+def test_points_of_small_order_are_refused_so_nothing_verifies_a_forgery(client, tenant):
+    weak = SMALL_ORDER_POINTS + [_mixed_order_point()]
+    for raw in weak:
+        for form in (base64.b64encode(raw).decode(),
+                     _pem(ed25519.Ed25519PublicKey.from_public_bytes(raw))):
+            assert_envelope(_add_key(client, tenant, form), 400,
+                            "public_key is not usable: it is a point of small order or outside "
+                            "the prime-order subgroup, with which anyone could forge signatures")
+    assert client.get("/v1/tenant/signing-keys", headers=tenant.headers).get_json() == {
+        "signing_keys": []}
+    assert_envelope(_set_scheme(client, tenant, "ed25519"), 409,
+                    "the ed25519 scheme needs an active signing key: add one first")
+
+
+def test_a_forged_signature_does_not_clear(client, tenant, on_ed25519):
+    intent_hash = _generate(client, tenant)
+    forged = {**on_ed25519.response(intent_hash), "signature": FORGED_SIGNATURE}
+    assert _verify(client, tenant, intent_hash, forged)["reason"] == "InvalidSignature"
 
 
 def _private_forms():

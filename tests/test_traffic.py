@@ -124,6 +124,21 @@ def test_trusted_proxy_hops_give_the_client_address(settings, migrated):
     assert statuses == [401, 401, 429, 401]
 
 
+def test_an_address_that_is_no_address_is_unknown(settings, migrated, tenant):
+    """A proxy passing X-Forwarded-For on unchecked: the text names neither a bucket of its own
+    nor an audit entry's address (its column holds 64 characters)."""
+    settings.update(TRUSTED_PROXY_HOPS=1, AUTH_FAILURE_LIMIT="2 per minute")
+    client = create_app(settings).test_client()
+    statuses = [client.get("/v1/tenant/usage", headers={**BAD_KEY, "X-Forwarded-For": forged}
+                           ).status_code for forged in ("a" * 100, "b" * 100, "c" * 100)]
+    assert statuses == [401, 401, 429]  # one shared bucket, not one per invented text
+    changed = client.put("/v1/tenant/signature-scheme", json={"scheme": "payload"},
+                         headers={**tenant.headers, "X-Forwarded-For": "a" * 100})
+    assert changed.status_code == 200
+    entries = client.get("/v1/tenant/audit-log", headers=tenant.headers).get_json()["entries"]
+    assert entries[0]["action"] == "signature_scheme.changed" and entries[0]["address"] == "unknown"
+
+
 def test_cors_for_an_allowed_origin_only(settings, migrated, tenant):
     settings["CORS_ORIGINS"] = ["https://app.example.com"]
     client = create_app(settings).test_client()
@@ -192,8 +207,18 @@ def test_redis_down_fails_closed_without_hanging(settings, migrated, make_tenant
     assert time.monotonic() - started < 2
     assert_envelope(response, 503, "rate limit store unavailable")
     health = client.get("/health")
-    assert health.status_code == 503
+    assert health.status_code == 503 and health.headers["Retry-After"] == "1"
     assert health.get_json()["checks"] == {"database": "ok", "rate_limit_store": "unavailable"}
+    # Every /v1/* answer still carries X-RateLimit-*: the limit, no token to count on, and a
+    # reset after the Retry-After second.
+    refused_key = client.get("/v1/tenant/usage", headers={"X-Service-Key": "key_live_" + "0" * 48})
+    answers = [(response, 100), (client.get("/v1/nowhere"), 20), (refused_key, 20),
+               (client.options("/v1/intent/verify"), 20)]
+    for answer, limit in answers:
+        assert answer.headers["X-RateLimit-Limit"] == str(limit)
+        assert answer.headers["X-RateLimit-Remaining"] == "0"
+        assert 0 < int(answer.headers["X-RateLimit-Reset"]) - time.time() <= 2
+    assert [answer.status_code for answer, _ in answers] == [503, 404, 401, 200]
 
 
 def test_redis_down_can_fail_open_for_a_bounded_time(settings, migrated, make_tenant,

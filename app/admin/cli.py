@@ -54,7 +54,7 @@ def revoke(admin_key_id, name):
     """
     if (admin_key_id is None) == (name is None):
         raise click.ClickException("give either the admin key's id or --name NAME")
-    if admin_key_id is not None and not admin_key_id.isdigit():
+    if admin_key_id is not None and not (admin_key_id.isascii() and admin_key_id.isdigit()):
         raise click.ClickException(
             f"admin key ids are numbers; to revoke by name, use --name {shlex.quote(admin_key_id)}"
         )

@@ -3,11 +3,10 @@ from app.auth import ACCOUNT_TEXTS, authenticate
 from app.errors import NotFound
 from app.openapi import Blueprint
 from app.schemas import Extended
-from app.sql import unit_of_work
+from app.sql import MAX_ID, unit_of_work
 from app.tenants import self_service, service
 from app.traffic.limits import rate_limited
 from app.tenants.schemas import (
-    MAX_TENANT_ID,
     ApiKeyCreatedSchema,
     ApiKeyCreateSchema,
     ApiKeyListSchema,
@@ -211,6 +210,6 @@ def daily_usage(query, tenant_id):
 
 
 def _tenant(tenant_id):
-    if tenant_id > MAX_TENANT_ID:
+    if tenant_id > MAX_ID:
         raise NotFound("tenant not found")
     return tenant_id

@@ -9,12 +9,11 @@ from app.admin.models import AdminKey
 from app.clock import utcnow
 from app.errors import BadRequest, NotFound
 from app.extensions import db
-from app.sql import insert_unique
+from app.sql import MAX_ID, insert_unique
 
 log = logging.getLogger(__name__)
 
 MAX_NAME_LENGTH = 100  # the column's length
-MAX_ID = 2**31 - 1  # ids are 32-bit integers in the database
 
 
 @dataclass

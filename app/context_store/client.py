@@ -9,7 +9,6 @@ answered by 2xx `{"tags": ["<tag>", ...]}` (at most MAX_TAGS strings of at most 
 within CONTEXT_STORE_DEADLINE, at most 64 KiB long and nested no deeper than request bodies may be
 (app.strict_json.MAX_DEPTH).
 """
-import json
 import logging
 
 import requests
@@ -18,7 +17,7 @@ from flask import current_app
 from app import metrics, strict_json
 from app.context_store import deriver
 from app.context_store.session import AnswerTooLarge, DeadlineExceeded
-from app.errors import BadGateway
+from app.errors import BadGateway, BadRequest
 from app.extensions import context_store
 
 log = logging.getLogger(__name__)
@@ -68,15 +67,14 @@ def _fetch(url, user_token):
 
 
 def _parsed(body):
+    """The answer under the rules of request bodies: UTF-8 JSON, finite numbers, valid Unicode,
+    at most MAX_DEPTH levels."""
     try:
-        answer = json.loads(body)
-    except RecursionError:
-        raise ContextStoreFailure("answer is nested too deeply") from None
-    except ValueError:
+        return strict_json.loads(body)
+    except BadRequest as refused:
+        if refused.error == strict_json.TOO_DEEP:
+            raise ContextStoreFailure("answer is nested too deeply") from None
         raise ContextStoreFailure("answer is not JSON") from None
-    if strict_json.deeper_than(answer, strict_json.MAX_DEPTH):
-        raise ContextStoreFailure("answer is nested too deeply")
-    return answer
 
 
 def _checked_tags(answer):

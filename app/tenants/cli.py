@@ -122,15 +122,19 @@ tenants.add_command(signing_keys)
 
 @signing_keys.command("add", epilog=TENANT_HELP)
 @TENANT
-@click.argument("public_key_file", type=click.File("r"))
+@click.argument("public_key_file", type=click.File("r", encoding="utf-8"))
 @click.option("--name", help="A name to tell keys apart.")
 @click.option("--expires-in", type=click.IntRange(1, EXPIRES_IN_MAX),
               help="Seconds until the key stops verifying.")
 @one_line_errors
 def add_signing_key(tenant, public_key_file, name, expires_in):
     """Register a public key, read from PUBLIC_KEY_FILE (PEM or base64; - for stdin)."""
+    try:
+        public_key = public_key_file.read()
+    except UnicodeDecodeError:
+        raise click.ClickException("PUBLIC_KEY_FILE must be text: a PEM file or base64") from None
     fields = signing_key_create_schema.load(
-        {"public_key": public_key_file.read(), "name": name, "expires_in": expires_in})
+        {"public_key": public_key, "name": name, "expires_in": expires_in})
     with unit_of_work():
         key = signing.add_signing_key(service.find_tenant(tenant).id, **fields)
     echo_json(signing_key_schema.dump(key))

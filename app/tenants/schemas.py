@@ -1,16 +1,17 @@
+import re
 from datetime import timezone
 
 from email_validator import EmailNotValidError, validate_email
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
 from app.schemas import (
-    NO_CONTROL_CHARACTERS_PATTERN,
     QueryInteger,
     RequestSchema,
     StrictBoolean,
     StrictInteger,
     no_control_characters,
 )
+from app.sql import MAX_ID
 from app.tenants.plans import PLANS, SIGNATURE_SCHEMES
 
 class UtcDateTime(fields.DateTime):
@@ -106,12 +107,9 @@ class RotateKeySchema(Schema):
     message = fields.String(required=True)
 
 
-MAX_TENANT_ID = 2**31 - 1  # tenant ids are 32-bit integers in the database
-
-
 class TenantListQuerySchema(Schema):
     limit = QueryInteger(1, 200, load_default=50)
-    starting_after = QueryInteger(0, MAX_TENANT_ID, load_default=0,
+    starting_after = QueryInteger(0, MAX_ID, load_default=0,
                                   metadata={"description": "List tenants after this id."})
 
 
@@ -135,16 +133,37 @@ def _grace_field():
                                                   "verifies (0: it stops at once)."})
 
 
+class _KeyName(fields.String):
+    """Trimmed, as admin key names are: names are read by people, to tell keys apart (a blank
+    one is then empty, and refused)."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        return super()._deserialize(value, attr, data, **kwargs).strip()
+
+
+# Control characters, and the invisible ones that make two names look alike or reorder what a
+# reader sees: bidi marks and overrides, zero-width characters, line separators.
+_NAME_REFUSES = ("\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200b-\\u200f\\u2028-\\u202e"
+                 "\\u2060\\u2066-\\u2069\\ufeff")
+NAME_PATTERN = f"^[^{_NAME_REFUSES}]*$"  # for the document; the same class is checked below
+_REFUSED_IN_NAME = re.compile(f"[{_NAME_REFUSES}]")
+
+
+def _visible_name(value):
+    if _REFUSED_IN_NAME.search(value):
+        raise ValidationError("name must not contain control characters")
+
+
 def _key_name_field(required):
     """A key's name: to tell keys apart, never a secret."""
     optional = {} if required else {"load_default": None, "allow_none": True}
-    return fields.String(
+    return _KeyName(
         required=required, **optional,
         validate=[validate.Length(min=1, max=100, error="name must be 1 to 100 characters"),
-                  no_control_characters("name")],
+                  _visible_name],
         error_messages={"required": "name is required", "null": "name is required",
                         "invalid": "name must be a string"},
-        metadata={"pattern": NO_CONTROL_CHARACTERS_PATTERN},
+        metadata={"pattern": NAME_PATTERN},
     )
 
 

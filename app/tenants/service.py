@@ -8,7 +8,7 @@ from app import crypto
 from app.clock import billing_period, now_seconds
 from app.errors import NotFound
 from app.extensions import db
-from app.sql import insert_unique
+from app.sql import MAX_ID, insert_unique
 from app.tenants import audit, keys, mail, signing
 from app.tenants.models import MonthlyUsage, Tenant
 from app.tenants.plans import PAID_PLANS, monthly_limit
@@ -61,8 +61,9 @@ def deliver_keys(provisioned):
 def find_tenant(reference):
     """Look a tenant up by numeric id or by email."""
     reference = str(reference).strip()
-    if reference.isdigit():
-        tenant = db.session.get(Tenant, int(reference))
+    if reference.isascii() and reference.isdigit():  # "²" is a digit to isdigit, not to int
+        tenant_id = int(reference)
+        tenant = db.session.get(Tenant, tenant_id) if 0 < tenant_id <= MAX_ID else None
     else:
         tenant = db.session.execute(
             select(Tenant).where(Tenant.email == reference.lower())

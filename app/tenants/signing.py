@@ -5,11 +5,13 @@ owns the transaction.
 import base64
 import binascii
 import logging
+import re
 import secrets
 
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa, x25519
+from nacl.bindings import crypto_core_ed25519_is_valid_point
 from sqlalchemy import func, or_, select
 
 from app.clock import now_seconds
@@ -27,6 +29,13 @@ NOT_A_PUBLIC_KEY = ("public_key must be an Ed25519 public key: standard base64 o
 # Said without echoing anything of what was sent: it must not reach a log or a response.
 PRIVATE_KEY = ("public_key holds a private key: it was not stored. Register only the public "
                "key; the private key stays with your AI service (consider this one exposed)")
+# A point of small order (the identity, say) verifies a fixed forged signature over any message:
+# such a "public key" would let anyone clear any response.
+WEAK_KEY = ("public_key is not usable: it is a point of small order or outside the prime-order "
+            "subgroup, with which anyone could forge signatures")
+# Exactly one PEM block of base64 and nothing around it: OpenSSL would read the first of two
+# blocks, or a block followed by anything, and store a key other than the one a reader sees.
+_ONE_PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----[A-Za-z0-9+/=\s]+-----END \1-----")
 NEEDS_A_KEY = "the ed25519 scheme needs an active signing key: add one first"
 LAST_KEY = "this is the last active signing key of a tenant on the ed25519 scheme"
 TOO_MANY = f"a tenant holds at most {MAX_ACTIVE_KEYS} active signing keys: revoke one first"
@@ -54,10 +63,16 @@ def parse_public_key(text):
             ed25519.Ed25519PublicKey.from_public_bytes(raw)
         except ValueError:
             raise BadRequest(NOT_A_PUBLIC_KEY) from None
+    # OpenSSL's verify (RFC 8032) takes any point; libsodium checks that this one is encoded
+    # canonically, lies in the prime-order subgroup and is not of small order.
+    if not crypto_core_ed25519_is_valid_point(raw):
+        raise BadRequest(WEAK_KEY)
     return base64.b64encode(raw).decode("ascii")
 
 
 def _raw_from_pem(text):
+    if not _ONE_PEM_BLOCK.fullmatch(text):
+        raise BadRequest(NOT_A_PUBLIC_KEY)
     try:
         key = serialization.load_pem_public_key(text.encode("utf-8"))
     except (ValueError, UnsupportedAlgorithm, UnicodeError):

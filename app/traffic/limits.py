@@ -38,10 +38,12 @@ def count_failed_authentication():
     """Spend a token of the client address's failure bucket: past AUTH_FAILURE_LIMIT the
     answer is 429, not 401. Only failures are counted, so a valid request costs nothing here
     and keys still cannot be guessed at speed."""
+    owner, capacity, rate = _failure_bucket()
     try:
-        decision = bucket.take(*_failure_bucket())
+        decision = bucket.take(owner, capacity, rate)
     except bucket.StoreUnavailable as exc:
         log.error("rate-limit store unavailable", extra={"failure": str(exc)})
+        g.rate_decision = _while_store_down(capacity)
         return  # the 401 still stands; only the guessing limit is lost while the store is down
     _apply(decision)
 
@@ -57,6 +59,7 @@ def _spend(owner, capacity, rate):
     try:
         decision = bucket.take(owner, capacity, rate)
     except bucket.StoreUnavailable as exc:
+        g.rate_decision = _while_store_down(capacity)
         _store_down(exc)
         return
     _outage["since"] = None
@@ -79,6 +82,13 @@ def _store_down(exc):
     raise Unavailable("rate limit store unavailable", headers={"Retry-After": "1"})
 
 
+def _while_store_down(capacity):
+    """What the headers can truly say while the store does not answer: the limit, and no token
+    to count on before the Retry-After second of the 503s has passed."""
+    return bucket.Decision(allowed=False, capacity=capacity, remaining=0,
+                           reset_at=int(time.time()) + 1, retry_after=1)
+
+
 def rate_headers(response):
     """X-RateLimit-* on every /v1/* response: from the bucket this request spent from, or, for
     one answered before authentication (no such endpoint or method, a CORS preflight, tenants
@@ -87,10 +97,11 @@ def rate_headers(response):
     if not request.path.startswith("/v1/"):
         return response
     if decision is None:
+        owner, capacity, rate = _failure_bucket()
         try:
-            decision = bucket.peek(*_failure_bucket())
+            decision = bucket.peek(owner, capacity, rate)
         except bucket.StoreUnavailable:
-            return response  # the store is down: nothing true to say
+            decision = _while_store_down(capacity)
     headers = response.headers  # written by this hook alone: add, no search for an earlier one
     headers.add("X-RateLimit-Limit", str(decision.capacity))
     headers.add("X-RateLimit-Remaining", str(max(decision.remaining, 0)))
