@@ -2,6 +2,7 @@
 authentication. Both are the one mechanism of app.traffic.bucket (Redis, or the database in the
 embedded setup), so every worker on every host shares them; nothing is counted in process."""
 import logging
+import math
 import time
 from functools import wraps
 
@@ -84,9 +85,10 @@ def _store_down(exc):
 
 def _while_store_down(capacity):
     """What the headers can truly say while the store does not answer: the limit, and no token
-    to count on before the Retry-After second of the 503s has passed."""
+    to count on before the Retry-After second of the 503s has passed. Rounded up, as the
+    bucket's own resets are: a reset truncated to the second could already have passed."""
     return bucket.Decision(allowed=False, capacity=capacity, remaining=0,
-                           reset_at=int(time.time()) + 1, retry_after=1)
+                           reset_at=math.ceil(time.time() + 1), retry_after=1)
 
 
 def rate_headers(response):
