@@ -7,7 +7,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from flask_migrate import downgrade, upgrade
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.engine import make_url
 
 from app import create_app, crypto
@@ -106,6 +106,36 @@ def test_the_upgrade_revokes_stored_signing_keys_of_small_order(base_settings,
             " ORDER BY id DESC LIMIT 1"), {"tenant": tenant_id}).one()
         assert entry == ("signing_key.revoked", "cli",
                          '{"key_id": "sk_weak", "reason": "small order"}')
+        db.session.remove()
+        db.engine.dispose()
+    app.extensions["database"].engine.dispose()
+
+
+BEFORE_SEEN_RESPONSES_LOST_THEIR_KEY = "a2c4e6f8b013"
+
+
+def test_seen_responses_lose_their_foreign_key_and_keep_their_rows(base_settings,
+                                                                   empty_database_url):
+    app = create_app({**base_settings, "SQLALCHEMY_DATABASE_URI": empty_database_url})
+
+    def foreign_keys():
+        return [key["name"] for key in inspect(db.engine).get_foreign_keys("seen_responses")]
+
+    with app.app_context():
+        upgrade(revision=BEFORE_SEEN_RESPONSES_LOST_THEIR_KEY)
+        db.session.execute(text(
+            "INSERT INTO intents (id, intent_hash, owner, intent_class, issued_at, expires_at)"
+            " VALUES (1, 'sha256:x', 'tenant:1', 'general', 1, 2)"))
+        db.session.execute(text("INSERT INTO seen_responses (owner, match_id, intent_id)"
+                                " VALUES ('tenant:1', 'm-1', 1)"))
+        db.session.commit()
+        assert foreign_keys() == ["fk_seen_responses_owner_intents"]
+        upgrade()
+        assert foreign_keys() == []
+        downgrade(revision=BEFORE_SEEN_RESPONSES_LOST_THEIR_KEY)
+        assert foreign_keys() == ["fk_seen_responses_owner_intents"]
+        assert db.session.execute(text("SELECT owner, match_id, intent_id FROM seen_responses")
+                                  ).all() == [("tenant:1", "m-1", 1)]
         db.session.remove()
         db.engine.dispose()
     app.extensions["database"].engine.dispose()
