@@ -1,7 +1,9 @@
 """Request rate per tenant, the auth-failure limit per address, proxies, CORS, Redis outages."""
 import shutil
+import signal
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -237,6 +239,31 @@ def test_redis_down_can_fail_open_for_a_bounded_time(settings, migrated, make_te
     time.sleep(1.2)
     assert_envelope(client.get("/v1/tenant/usage", headers=tenant.headers), 503,
                     "rate limit store unavailable")
+
+
+def test_a_frozen_redis_answers_each_thread_within_one_timeout(settings, migrated, make_tenant,
+                                                               disposable_redis):
+    url, process = disposable_redis
+    app = _app_on(settings, url)  # REDIS_SOCKET_TIMEOUT 0.3 s
+    with app.app_context():
+        tenant = make_tenant("pro")
+    assert app.test_client().get("/v1/tenant/usage", headers=tenant.headers).status_code == 200
+
+    def ask(_):
+        started = time.monotonic()
+        response = app.test_client().get("/v1/tenant/usage", headers=tenant.headers)
+        return response.status_code, time.monotonic() - started
+
+    process.send_signal(signal.SIGSTOP)  # frozen: connections open, nothing answers
+    try:
+        with ThreadPoolExecutor(8) as pool:  # a gthread worker's threads
+            answers = list(pool.map(ask, range(8)))
+    finally:
+        process.send_signal(signal.SIGCONT)
+    assert [status for status, _ in answers] == [503] * 8
+    # Each thread waits for its own connection's timeout, not its turn behind the other
+    # threads' timeouts (8 x 0.3 s on one connection shared by the worker).
+    assert max(elapsed for _, elapsed in answers) < 1.5
 
 
 def test_cors_answers_vary_by_origin_whatever_the_origin(settings, migrated, tenant):

@@ -6,6 +6,7 @@ conditional UPDATE. Either way no state lives in the worker's memory.
 """
 import math
 import os
+import threading
 import time
 from dataclasses import dataclass
 
@@ -84,29 +85,34 @@ class RedisBucket:
                 require_full_coverage=False,
                 retry=Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.05), retries=2),
                 **self.timeouts)
-            self._scripts, self._pid = self._register(), None
+            self._cluster_scripts = self._register(self._client)
         else:
-            self._client = self._scripts = self._pid = None
+            self._own = threading.local()
 
-    @property
-    def client(self):
-        """The cluster client; or, for one node, this process's client on one connection.
+    def _connected(self):
+        """(client, its scripts): the cluster client; or, for one node, this thread's client on
+        one connection of its own.
 
-        One connection a worker (not a pool checked out per command) cuts the Python calls
+        One connection a thread (not a pool checked out per command) cuts the Python calls
         of each command from about 160 to 90; redis-py was about a sixth of a verify's CPU
-        in the profile. The client connects on first use in the process that uses it:
-        gunicorn forks workers from a master that built the app, and a socket must not be
-        shared across processes. Threads of one worker take turns on it (redis-py holds a
-        lock per command)."""
-        if not self.cluster and self._pid != os.getpid():
-            self._client = redis.Redis.from_url(self.url, single_connection_client=True,
-                                                **self.timeouts)
-            self._scripts, self._pid = self._register(), os.getpid()
-        return self._client
+        in the profile. Not one a worker shared by its threads: while Redis does not answer,
+        each thread would wait its turn and then its own timeout, and a request's 503 would
+        come after threads x REDIS_SOCKET_TIMEOUT instead of one. The client connects on
+        first use in the process that uses it: gunicorn forks workers from a master that
+        built the app, and a socket must not be shared across processes."""
+        if self.cluster:
+            return self._client, self._cluster_scripts
+        own = self._own
+        if getattr(own, "pid", None) != os.getpid():
+            client = redis.Redis.from_url(self.url, single_connection_client=True,
+                                          **self.timeouts)
+            own.client, own.scripts, own.pid = client, self._register(client), os.getpid()
+        return own.client, own.scripts
 
-    def _register(self):
-        return {"take": self._client.register_script(TOKEN_BUCKET_LUA),
-                "peek": self._client.register_script(PEEK_LUA)}
+    @staticmethod
+    def _register(client):
+        return {"take": client.register_script(TOKEN_BUCKET_LUA),
+                "peek": client.register_script(PEEK_LUA)}
 
     def take(self, owner, capacity, rate):
         allowed, tokens = self._run("take", owner, capacity, rate)
@@ -119,18 +125,19 @@ class RedisBucket:
     def _run(self, script, owner, capacity, rate):
         # The braces are a hash tag: in a Redis Cluster the bucket's key names its own slot.
         try:
-            client = self.client
-            return self._scripts[script](keys=[f"{KEY_PREFIX}{{{owner}}}"],
-                                         args=[capacity, rate], client=client)
+            client, scripts = self._connected()
+            return scripts[script](keys=[f"{KEY_PREFIX}{{{owner}}}"], args=[capacity, rate],
+                                   client=client)
         except redis.RedisError as exc:
             raise StoreUnavailable(type(exc).__name__) from exc
 
     def available(self):
         """Every node that holds buckets answers (a cluster's masters, each of them)."""
         try:
+            client, _ = self._connected()
             if self.cluster:
-                return bool(self.client.ping(target_nodes=RedisCluster.PRIMARIES))
-            return bool(self.client.ping())
+                return bool(client.ping(target_nodes=RedisCluster.PRIMARIES))
+            return bool(client.ping())
         except redis.RedisError:
             return False
 
