@@ -97,4 +97,17 @@ class JsonErrorsSyncWorker(JsonErrors, SyncWorker):
 
 
 class JsonErrorsThreadWorker(JsonErrors, ThreadWorker):
-    """gunicorn's gthread worker (GUNICORN_THREADS above 1), with JsonErrors' answers."""
+    """gunicorn's gthread worker (GUNICORN_THREADS above 1), with JsonErrors' answers, and
+    stopping once however many quit signals arrive."""
+
+    _quitting = False
+
+    def handle_quit(self, sig, frame):
+        # Ctrl-C reaches a worker twice (SIGINT from the terminal, SIGQUIT from the master).
+        # gunicorn's handler shuts the thread pool down under a lock that is not reentrant: a
+        # second signal handled inside the first deadlocked the worker until the master killed
+        # it (graceful_timeout, 30 s). The first handler finishes the job.
+        if self._quitting:
+            return
+        self._quitting = True
+        super().handle_quit(sig, frame)
