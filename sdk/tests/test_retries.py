@@ -271,3 +271,16 @@ def test_a_private_ca_is_trusted_through_verify(tmp_path):
     finally:
         server.clear()
         server.stop()
+
+
+@pytest.mark.parametrize("call", [
+    lambda client: client.generate("user-token-123", ttl=float("inf")),
+    lambda client: client.verify("sha256:" + "a" * 64, {"match_id": "m", "timestamp": 1,
+                                                         "payload": {"x": float("nan")},
+                                                         "signature": "00"}),
+    lambda client: client.create_key({"a", "set"}),
+])
+def test_a_body_without_a_json_form_is_refused_before_anything_is_sent(httpserver, call):
+    with pytest.raises(ValidationError, match="request body cannot be sent as JSON"):
+        call(_client(httpserver, Sleeps()))
+    assert len(httpserver.log) == 0

@@ -75,3 +75,24 @@ def test_other_payloads_without_an_exact_canonical_form_are_refused(payload, ref
 def test_the_edges_of_the_safe_range_sign():
     assert canonical_json({"a": 2**53 - 1, "b": -(2**53 - 1)}) == (
         b'{"a":9007199254740991,"b":-9007199254740991}')
+
+
+SECRET, HASH = VECTORS[0]["secret"], VECTORS[0]["intent_hash"]
+
+
+@pytest.mark.parametrize("arguments, refusal, text", [
+    ((None, HASH, "m", 1, {}), TypeError, "secret must be the signing secret string"),
+    (("", HASH, "m", 1, {}), ValueError, "secret must not be empty"),
+    (("sig_live_\ud800", HASH, "m", 1, {}), ValueError, "secret must be valid Unicode"),
+    ((SECRET, None, "m", 1, {}), TypeError, "intent_hash must be a string"),
+    ((SECRET, HASH, "", 1, {}), ValueError, "match_id must not be empty"),
+    ((SECRET, HASH, "m", 1.5, {}), TypeError, "timestamp must be an integer"),
+    ((SECRET, HASH, "m", "1", {}), TypeError, "timestamp must be an integer"),
+    ((SECRET, HASH, "m", True, {}), TypeError, "timestamp must be an integer"),
+    ((SECRET, HASH, "m", 2**53, {}), ValueError, "timestamp must be Unix seconds within"),
+    ((SECRET, HASH, "m", 1, ["a list"]), TypeError, "payload must be a JSON object"),
+    ((SECRET, HASH, "m", 1, None), TypeError, "payload must be a JSON object"),
+])
+def test_what_the_service_would_refuse_is_not_signed(arguments, refusal, text):
+    with pytest.raises(refusal, match=text):
+        sign_response(*arguments)

@@ -5,6 +5,7 @@ times with exponential backoff and full jitter (a `Retry-After` from the service
 answers fail at once. Verify sends one Idempotency-Key for all of its attempts, so a retry after
 a lost answer gets the first verdict back instead of `ReplayedIntent`.
 """
+import json
 import random
 import time
 import uuid
@@ -136,11 +137,16 @@ class Client:
 
     def _request(self, method, path, headers=None, json=None, unsent_only=False):
         headers = {"X-Service-Key": self.api_key, **(headers or {})}
+        body = None
+        if json is not None:
+            body = _json_body(json)
+            headers["Content-Type"] = "application/json"
         attempt = 0
         while True:
             try:
                 http = self.session.request(method, self.base_url + path, headers=headers,
-                                            json=json, timeout=self.timeout, verify=self.tls_verify)
+                                            data=body, timeout=self.timeout,
+                                            verify=self.tls_verify)
             except (requests.ConnectionError, requests.Timeout) as exc:
                 sent = _maybe_sent(exc)
                 if attempt >= self.max_retries or (unsent_only and sent):
@@ -182,6 +188,16 @@ class Client:
         if http.status_code in (400, 413, 415, 422):
             raise ValidationError(message, **details)
         raise IntentGateError(message, **details)
+
+
+def _json_body(value):
+    """The request body as JSON text (what requests' json= sends), or ValidationError before
+    anything is sent: NaN or an infinity (a ttl of float("inf"), a payload of NaN) has no JSON
+    form, nor has a set or a bytes value."""
+    try:
+        return json.dumps(value, allow_nan=False).encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(f"request body cannot be sent as JSON: {exc}") from None
 
 
 def _retry_after(http):

@@ -56,18 +56,44 @@ def canonical_json(value):
 
 
 def signing_message(intent_hash, match_id, timestamp, payload, scheme="bound"):
+    """The bytes a response's signature covers. Refuses (TypeError, ValueError) what the
+    service would refuse anyway, as the Node signer does: a signature over such a response
+    could never clear."""
+    if scheme not in ("bound", "payload"):
+        raise ValueError("scheme must be 'bound' or 'payload'")
+    if not isinstance(payload, dict):
+        raise TypeError("payload must be a JSON object (a dict)")
     canonical = canonical_json(payload)
     if scheme == "payload":
         return canonical
-    if scheme != "bound":
-        raise ValueError("scheme must be 'bound' or 'payload'")
+    _require_text(intent_hash, "intent_hash")
+    _require_text(match_id, "match_id")
+    # type(), not isinstance: True is an int to Python, and no timestamp to the service.
+    if type(timestamp) is not int:
+        raise TypeError("timestamp must be an integer number of Unix seconds")
+    if abs(timestamp) > MAX_SAFE_INTEGER:
+        raise ValueError("timestamp must be Unix seconds within ±(2^53-1)")
     return f"{intent_hash}.{match_id}.{timestamp}.".encode("utf-8") + canonical
 
 
 def sign_response(secret, intent_hash, match_id, timestamp, payload, scheme="bound"):
     """Return the 64-hex signature of a response."""
+    if not isinstance(secret, str):
+        raise TypeError("secret must be the signing secret string (sig_live_...)")
+    _require_text(secret, "secret")
     message = signing_message(intent_hash, match_id, timestamp, payload, scheme)
     return hmac.new(secret.encode("utf-8"), message, hashlib.sha256).hexdigest()
+
+
+def _require_text(value, name):
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a string")
+    if not value:
+        raise ValueError(f"{name} must not be empty")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{name} must be valid Unicode (no lone surrogates)") from None
 
 
 def sign_response_ed25519(private_key, intent_hash, match_id, timestamp, payload):
