@@ -145,7 +145,9 @@ class _KeyName(fields.String):
 # reader sees: bidi marks and overrides, zero-width characters, line separators.
 _NAME_REFUSES = ("\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200b-\\u200f\\u2028-\\u202e"
                  "\\u2060\\u2066-\\u2069\\ufeff")
-NAME_PATTERN = f"^[^{_NAME_REFUSES}]*$"  # for the document; the same class is checked below
+# For the document: none of those, and something besides whitespace (the name is trimmed, so a
+# blank one is empty). The same class is checked below.
+NAME_PATTERN = f"^[^{_NAME_REFUSES}]*[^{_NAME_REFUSES}\\s][^{_NAME_REFUSES}]*$"
 _REFUSED_IN_NAME = re.compile(f"[{_NAME_REFUSES}]")
 
 
