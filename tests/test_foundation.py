@@ -124,7 +124,8 @@ def test_unexpected_errors_are_a_json_500_without_details(app, client, caplog):
 
 def test_log_lines_are_json_with_the_request_id(app, client, capfd):
     client.get("/health", headers={"X-Request-Id": "log-check-1"})
-    lines = [json.loads(line) for line in capfd.readouterr().err.splitlines() if line.startswith("{")]
+    lines = [json.loads(line) for line in capfd.readouterr().err.splitlines()
+             if line.startswith("{")]
     access = [line for line in lines if line.get("logger") == "app.access"]
     assert access and access[-1]["request_id"] == "log-check-1"
     assert access[-1]["status"] == 200 and access[-1]["path"] == "/health"
@@ -137,7 +138,8 @@ def test_a_key_or_secret_in_the_path_is_masked_in_the_access_line(client, tenant
     for credential in (tenant.api_key, tenant.signing_secret):
         response = client.delete(f"/v1/tenant/keys/{credential}", headers=tenant.headers)
         assert_envelope(response, 404, "API key not found")
-    lines = [json.loads(line) for line in capfd.readouterr().err.splitlines() if line.startswith("{")]
+    lines = [json.loads(line) for line in capfd.readouterr().err.splitlines()
+             if line.startswith("{")]
     paths = [line["path"] for line in lines if line.get("logger") == "app.access"]
     assert paths[-2:] == ["/v1/tenant/keys/key_live_[redacted]",
                           "/v1/tenant/keys/sig_live_[redacted]"]

@@ -94,7 +94,8 @@ def test_token_edges_are_accepted(client, tenant):
     ("[1, 2]", "application/json", "request body must be a JSON object"),
     ("{broken", "application/json", "request body must be a JSON object"),
     ('{"user_token": "x"}', "text/plain", "Content-Type must be application/json"),
-    ('{"user_token": "x"}', "application/merge-patch+json", "Content-Type must be application/json"),
+    ('{"user_token": "x"}', "application/merge-patch+json",
+     "Content-Type must be application/json"),
     ('{"user_token": "x"}', "application/json; charset=latin-1",
      "request body must be UTF-8 encoded JSON"),
 ])
@@ -113,7 +114,8 @@ def test_a_declared_utf8_body_is_accepted_and_a_compressed_one_is_415(client, te
     compressed = client.post("/v1/intent/generate", data=gzip.compress(body.encode()),
                              headers={**tenant.headers, "Content-Encoding": "gzip"},
                              content_type="application/json")
-    assert_envelope(compressed, 415, "Content-Encoding is not supported: send the body uncompressed")
+    assert_envelope(compressed, 415,
+                    "Content-Encoding is not supported: send the body uncompressed")
     assert compressed.headers["Accept-Encoding"] == "identity"
 
 
