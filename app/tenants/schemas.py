@@ -151,18 +151,13 @@ NAME_PATTERN = f"^[^{_NAME_REFUSES}]*[^{_NAME_REFUSES}\\s][^{_NAME_REFUSES}]*$"
 _REFUSED_IN_NAME = re.compile(f"[{_NAME_REFUSES}]")
 
 
-def _visible_name(value):
-    if _REFUSED_IN_NAME.search(value):
-        raise ValidationError("name must not contain control characters")
-
-
 def _key_name_field(required):
     """A key's name: to tell keys apart, never a secret."""
     optional = {} if required else {"load_default": None, "allow_none": True}
     return _KeyName(
         required=required, **optional,
         validate=[validate.Length(min=1, max=100, error="name must be 1 to 100 characters"),
-                  _visible_name],
+                  no_control_characters("name", _REFUSED_IN_NAME)],
         error_messages={"required": "name is required", "null": "name is required",
                         "invalid": "name must be a string"},
         metadata={"pattern": NAME_PATTERN},

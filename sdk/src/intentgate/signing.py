@@ -78,16 +78,14 @@ def signing_message(intent_hash, match_id, timestamp, payload, scheme="bound"):
 
 def sign_response(secret, intent_hash, match_id, timestamp, payload, scheme="bound"):
     """Return the 64-hex signature of a response."""
-    if not isinstance(secret, str):
-        raise TypeError("secret must be the signing secret string (sig_live_...)")
-    _require_text(secret, "secret")
+    _require_text(secret, "secret", "the signing secret string (sig_live_...)")
     message = signing_message(intent_hash, match_id, timestamp, payload, scheme)
     return hmac.new(secret.encode("utf-8"), message, hashlib.sha256).hexdigest()
 
 
-def _require_text(value, name):
+def _require_text(value, name, what="a string"):
     if not isinstance(value, str):
-        raise TypeError(f"{name} must be a string")
+        raise TypeError(f"{name} must be {what}")
     if not value:
         raise ValueError(f"{name} must not be empty")
     try:
