@@ -139,11 +139,12 @@ def register_blueprints(app):
     from app.admin.routes import bp as admin_bp
     from app.intents.routes import bp as intent_bp
     from app.tenants.routes import bp as tenant_bp
+    from app.tenants.self_service_routes import bp as self_service_bp
 
     app.register_blueprint(health.bp)
     app.register_blueprint(openapi.bp)
     app.register_blueprint(metrics.bp)
-    for blueprint in (intent_bp, tenant_bp, admin_bp):
+    for blueprint in (intent_bp, tenant_bp, self_service_bp, admin_bp):
         app.register_blueprint(blueprint)
 
 

@@ -2,8 +2,10 @@
 
 Every request looks the key up in the database by its SHA-256 digest: nothing is cached in the
 process, so a rotated or deactivated key is refused by every worker from the moment it changes.
-Authentication only says who calls; spending a rate-limit token is app.traffic.limits'
-`rate_limited`, stacked under `authenticate`.
+Authentication says who calls and whether the key holds the scope the view declares (every
+view names its scope, or None, where it declares its authentication: a new view cannot forget
+it, and the OpenAPI document shows it as `x-scope`). Spending a rate-limit token is
+app.traffic.limits' `rate_limited`, stacked under `authenticate`.
 """
 import re
 from dataclasses import dataclass
@@ -13,8 +15,10 @@ from flask import current_app, g, request
 
 from app import crypto
 from app.admin import service as admin_service
-from app.errors import Forbidden, Unauthorized, Unavailable
-from app.tenants import keys
+from app.errors import Forbidden, NotFound, Unauthorized, Unavailable
+from app.openapi import Blueprint
+from app.sql import MAX_ID
+from app.tenants import keys, scopes as key_scopes
 from app.traffic import limits
 
 KEY_HEADER = "X-Service-Key"
@@ -29,12 +33,18 @@ ACCOUNT_TEXTS = ("Missing X-Service-Key header", "Invalid or inactive API key")
 class Principal:
     """Who is calling: a tenant (with its usage this month) or an admin key. `account` is the
     row read once for the request: the tenant with the calling key's id and prefix, or the
-    admin key."""
+    admin key. `scopes`: what the key may do; an admin key is an operator and holds all."""
 
     kind: str
     id: int
     account: object
     usage_count: int = 0
+    scopes: frozenset = key_scopes.ALL
+
+    @property
+    def operator(self):
+        """An admin key: it may do what no tenant key may (the payload scheme, any scope)."""
+        return self.kind == "admin"
 
     @property
     def tenant(self):
@@ -54,33 +64,72 @@ def resolve(api_key):
     if current_app.config["MULTI_TENANCY"]:
         tenant = keys.find_by_key_digest(digest)
         if tenant is not None and tenant.active:
-            return Principal("tenant", tenant.id, tenant, tenant.usage_count or 0)
+            return Principal("tenant", tenant.id, tenant, tenant.usage_count or 0,
+                             key_scopes.held(tenant.scopes))
     admin_key = admin_service.find_by_key_digest(digest)
     if admin_key is not None:
         return Principal("admin", admin_key.id, admin_key)
     return None
 
 
-def authenticate(kinds=("tenant", "admin"), texts=GATE_TEXTS):
-    """Require a valid key of one of `kinds`; the caller is put in g.principal."""
+def authenticated(kinds, texts):
+    """The caller, put in g.principal, if its key is valid and of one of `kinds`."""
+    if kinds == ("tenant",) and not current_app.config["MULTI_TENANCY"]:
+        raise Unavailable("Multi-tenancy not configured")
+    api_key = request.headers.get(KEY_HEADER)
+    principal = resolve(api_key) if api_key else None
+    if principal is None:
+        limits.count_failed_authentication()
+        # An empty header is present: it is an invalid key, not a missing one.
+        raise Unauthorized(texts[1] if api_key is not None else texts[0])
+    if principal.kind not in kinds:
+        raise Forbidden(_wrong_kind_text(kinds))
+    g.principal = principal
+    return principal
+
+
+def _declares(scope):
+    """Record the view's scope in the OpenAPI document, from this very declaration."""
+    return Blueprint.doc(**{"x-scope": scope})
+
+
+def authenticate(kinds=("tenant", "admin"), texts=GATE_TEXTS, *, scope):
+    """Require a valid key of one of `kinds` holding `scope` (None: no scope is needed, as for
+    SPEC.md's usage and rotate-key, or the view is an operator's)."""
 
     def decorator(view):
         @wraps(view)
         def wrapper(*args, **kwargs):
-            if kinds == ("tenant",) and not current_app.config["MULTI_TENANCY"]:
-                raise Unavailable("Multi-tenancy not configured")
-            api_key = request.headers.get(KEY_HEADER)
-            principal = resolve(api_key) if api_key else None
-            if principal is None:
-                limits.count_failed_authentication()
-                # An empty header is present: it is an invalid key, not a missing one.
-                raise Unauthorized(texts[1] if api_key is not None else texts[0])
-            if principal.kind not in kinds:
-                raise Forbidden(_wrong_kind_text(kinds))
-            g.principal = principal
+            principal = authenticated(kinds, texts)
+            if scope is not None:
+                key_scopes.require(principal.scopes, scope)
             return view(*args, **kwargs)
 
-        return wrapper
+        return _declares(scope)(wrapper)
+
+    return decorator
+
+
+def for_tenant(scope):
+    """A self-service operation served on two paths by one view: under /v1/tenant for the
+    calling tenant's key, which must hold `scope`, and under /v1/admin/tenants/<tenant_id> for
+    an admin key acting on any tenant (an operator holds every scope). The view receives the
+    tenant as `tenant_id` either way."""
+
+    def decorator(view):
+        @wraps(view)
+        def wrapper(*args, tenant_id=None, **kwargs):
+            if tenant_id is None:
+                principal = authenticated(("tenant",), ACCOUNT_TEXTS)
+                key_scopes.require(principal.scopes, scope)
+                tenant_id = principal.id
+            else:
+                authenticated(("admin",), ACCOUNT_TEXTS)
+                if tenant_id > MAX_ID:
+                    raise NotFound("tenant not found")
+            return view(*args, tenant_id=tenant_id, **kwargs)
+
+        return _declares(scope)(wrapper)
 
     return decorator
 

@@ -157,7 +157,9 @@ def build_document(app):
         "title": "Intent verification service", "version": "1.0.0", "openapi_version": "3.0.3",
         "extra_plugins": [ServiceConventions()],
         "info": {"description": "Block reasons of verify, in check order: "
-                                + ", ".join(BLOCK_REASONS) + "."},
+                                + ", ".join(BLOCK_REASONS) + ". Each /v1 operation's `x-scope` "
+                                "is the scope a tenant key needs for it (null: none); an admin "
+                                "key holds every scope."},
     })
     components = api.spec.components
     components.security_scheme("ServiceKey",

@@ -1,15 +1,15 @@
 """Ready to distribute by tenant (deploy/README.md, Citus): every primary key, unique constraint
 and foreign key of a per-tenant table holds the tenant's column, so each lives on one shard."""
+import time
 import uuid
 
 from flask_migrate import downgrade, upgrade
 from sqlalchemy import inspect, text
 
-from app import create_app
+from app import create_app, crypto
 from app.extensions import db
-from tests.conftest import _provision
-from tests.support import scale_response
-from tests.test_migrations import empty_database_url  # noqa: F401 - a fixture
+from tests.support import Credentials, scale_response
+from tests.test_migrations import _old_tenant, empty_database_url  # noqa: F401 - a fixture
 
 # Tables every shard needs whole: looked up before the tenant is known (an API key by its
 # digest), or not a tenant's at all. rate_buckets is the embedded setup's token bucket (Redis
@@ -53,18 +53,30 @@ def test_every_per_tenant_key_holds_the_owner_column(app):
 def test_intents_stored_before_the_upgrade_keep_their_verdicts(base_settings, leak_watch,
                                                                empty_database_url):  # noqa: F811
     app = create_app({**base_settings, "SQLALCHEMY_DATABASE_URI": empty_database_url})
+    api_key, signing_secret = crypto.new_api_key(), "sig_live_" + "a" * 64
+    leak_watch.add(api_key)
+    now = int(time.time())
+    used, unused = ("sha256:" + uuid.uuid4().hex * 2 for _ in range(2))
     with app.app_context():
         upgrade(revision=BEFORE_OWNER_KEYS)
-        tenant = _provision("pro")
+        # Rows as that release wrote them: one intent verified (its match_id seen), one unused.
+        tenant_id = _old_tenant("distributed@example.com", api_key)
+        owner = f"tenant:{tenant_id}"
+        ids = [db.session.execute(text(
+            "INSERT INTO intents (intent_hash, owner, intent_class, issued_at, expires_at,"
+            " consumed_at) VALUES (:hash, :owner, 'other', :now, :expires, :consumed)"
+            " RETURNING id"), {"hash": intent_hash, "owner": owner, "now": now - 10,
+                               "expires": now + 3600, "consumed": consumed_at}).scalar_one()
+            for intent_hash, consumed_at in ((used, now), (unused, None))]
+        db.session.execute(text("INSERT INTO seen_responses (owner, match_id, intent_id)"
+                                " VALUES (:owner, 'seen-before', :id)"),
+                           {"owner": owner, "id": ids[0]})
+        db.session.commit()
+        upgrade()
         db.session.remove()
-    leak_watch.add(tenant.api_key, tenant.signing_secret)
+    app.extensions["database"].engine.dispose()  # the tables were copied under SQLite
+    tenant = Credentials(tenant_id, "distributed@example.com", api_key, signing_secret)
     client = app.test_client()
-
-    def generate():
-        answer = client.post("/v1/intent/generate", headers=tenant.headers,
-                             json={"user_token": "tok_" + uuid.uuid4().hex})
-        assert answer.status_code == 200, answer.get_json()
-        return answer.get_json()["intent_hash"]
 
     def verify(intent_hash, **overrides):
         response = scale_response(tenant.signing_secret, intent_hash, **overrides)
@@ -73,12 +85,12 @@ def test_intents_stored_before_the_upgrade_keep_their_verdicts(base_settings, le
         assert answer.status_code == 200, answer.get_json()
         return answer.get_json()["reason"]
 
-    used, unused = generate(), generate()
-    assert verify(used, match_id="seen-before") is None
-    with app.app_context():
-        upgrade()
-        db.session.remove()
-    app.extensions["database"].engine.dispose()  # the tables were copied under SQLite
+    def generate():
+        answer = client.post("/v1/intent/generate", headers=tenant.headers,
+                             json={"user_token": "tok_" + uuid.uuid4().hex})
+        assert answer.status_code == 200, answer.get_json()
+        return answer.get_json()["intent_hash"]
+
     assert verify(used) == "ReplayedIntent"
     assert verify(unused, match_id="seen-before") == "ReplayedResponse"
     assert verify(generate()) is None  # a new intent numbered after the stored ones

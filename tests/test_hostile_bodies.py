@@ -143,7 +143,9 @@ def test_floats_clear_as_the_doubles_that_were_signed(client, tenant):
     returned = verdict.get_json()["payload"]
     assert returned == signed_payload
     assert rfc8785.dumps(returned) == rfc8785.dumps(signed_payload)
-    assert math.copysign(1, returned["zero"]) == -1.0
+    # In the form that was signed (CONTRACT.md): JCS writes -0.0 as 0 and 3.0 as 3.
+    assert math.copysign(1, returned["zero"]) == 1.0
+    assert '"whole":3,' in verdict.get_data(as_text=True).replace(" ", "")
 
 
 # -- Nesting -----------------------------------------------------------------------------------

@@ -78,6 +78,24 @@ def test_a_key_made_before_the_upgrade_works_after_it(base_settings, empty_datab
     app.extensions["database"].engine.dispose()
 
 
+def _old_tenant(email, api_key=None):
+    """A tenant row written as any revision since api_keys has its own table stores it (the
+    service code builds rows for the newest schema), with one key when `api_key` is given."""
+    tenant_id = db.session.execute(text(
+        "INSERT INTO tenants (email, plan, active, signing_secret_sealed, signature_scheme,"
+        " created_at) VALUES (:email, 'pro', :active, :sealed, 'bound', CURRENT_TIMESTAMP)"
+        " RETURNING id"),
+        {"email": email, "active": True, "sealed": crypto.seal("sig_live_" + "a" * 64)}
+    ).scalar_one()
+    if api_key is not None:
+        db.session.execute(text(
+            "INSERT INTO api_keys (id, tenant_id, name, key_digest, prefix, created_at)"
+            " VALUES ('ak_old', :tenant, 'default', :digest, :prefix, 1)"),
+            {"tenant": tenant_id, "digest": crypto.key_digest(api_key),
+             "prefix": crypto.display_prefix(api_key)})
+    return tenant_id
+
+
 BEFORE_WEAK_KEY_CHECK = "f7a1c3e5b920"
 IDENTITY_POINT = base64.b64encode(bytes([1]) + bytes(31)).decode()
 
@@ -89,8 +107,7 @@ def test_the_upgrade_revokes_stored_signing_keys_of_small_order(base_settings,
         serialization.Encoding.Raw, serialization.PublicFormat.Raw)).decode()
     with app.app_context():
         upgrade(revision=BEFORE_WEAK_KEY_CHECK)
-        with unit_of_work():
-            tenant_id = tenant_service.create_tenant("weak@example.com", "pro").tenant.id
+        tenant_id = _old_tenant("weak@example.com")
         for key_id, public_key in (("sk_weak", IDENTITY_POINT), ("sk_real", real)):
             db.session.execute(text(
                 "INSERT INTO signing_keys (tenant_id, id, public_key, created_at)"
@@ -138,4 +155,58 @@ def test_seen_responses_lose_their_foreign_key_and_keep_their_rows(base_settings
                                   ).all() == [("tenant:1", "m-1", 1)]
         db.session.remove()
         db.engine.dispose()
+    app.extensions["database"].engine.dispose()
+
+
+BEFORE_SCOPES = "c6e8f0a2b146"
+
+
+def test_keys_made_before_scopes_keep_every_scope_and_duplicate_public_keys_go(
+        base_settings, empty_database_url, leak_watch):
+    app = create_app({**base_settings, "SQLALCHEMY_DATABASE_URI": empty_database_url})
+    api_key = crypto.new_api_key()
+    leak_watch.add(api_key)
+    public_key = base64.b64encode(ed25519.Ed25519PrivateKey.generate().public_key().public_bytes(
+        serialization.Encoding.Raw, serialization.PublicFormat.Raw)).decode()
+    with app.app_context():
+        upgrade(revision=BEFORE_SCOPES)
+        tenant_id = _old_tenant("scoped@example.com", api_key)
+        for key_id, created_at in (("sk_first", 1), ("sk_again", 2)):
+            db.session.execute(text(
+                "INSERT INTO signing_keys (tenant_id, id, public_key, created_at)"
+                " VALUES (:tenant, :id, :key, :at)"),
+                {"tenant": tenant_id, "id": key_id, "key": public_key, "at": created_at})
+        db.session.commit()
+        upgrade()
+        db.session.remove()
+    client = app.test_client()
+    headers = {"X-Service-Key": api_key}
+    (key,) = client.get("/v1/tenant/keys", headers=headers).get_json()["keys"]
+    assert key["scopes"] == ["intents", "usage:read", "keys:write", "signing:write",
+                             "webhooks:write"]
+    (signing_key,) = client.get("/v1/tenant/signing-keys", headers=headers).get_json()[
+        "signing_keys"]
+    assert signing_key["id"] == "sk_first"  # the newer duplicate is revoked, the oldest stays
+    assert client.post("/v1/tenant/signing-secret/rotate", headers=headers,
+                       json={}).status_code == 200
+    with app.app_context():
+        entry = db.session.execute(text(
+            "SELECT action, actor, details FROM audit_log WHERE tenant_id = :tenant"
+            " ORDER BY id LIMIT 1"), {"tenant": tenant_id}).one()
+        assert entry == ("signing_key.revoked", "cli",
+                         '{"duplicate_of": "sk_first", "key_id": "sk_again"}')
+        db.session.remove()
+        downgrade(revision=BEFORE_SCOPES)
+        columns = [column["name"] for column in inspect(db.engine).get_columns("api_keys")]
+        assert "scopes" not in columns
+        if TEST_DATABASE_URL:  # the previous release's key lookup is back, and finds the key
+            found = db.session.execute(text(
+                "SELECT id FROM intentgate_tenant_by_key_digest(:digest, :period, 0)"),
+                {"digest": crypto.key_digest(api_key), "period": billing_period()}).all()
+            assert found == [(tenant_id,)]
+        db.session.remove()
+        upgrade()
+        db.session.remove()
+        db.engine.dispose()
+    assert client.get("/v1/tenant/usage", headers=headers).status_code == 200
     app.extensions["database"].engine.dispose()

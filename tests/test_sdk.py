@@ -67,3 +67,17 @@ def test_client_self_service(live, leak_watch):
     actions = [entry["action"] for entry in client.audit_log()]
     assert actions[:2] == ["api_key.revoked", "api_key.created"]
     assert len(client.daily_usage(days=7)) == 7
+
+
+def test_client_makes_narrow_keys_and_names_the_missing_scope(live, leak_watch):
+    server, created = live
+    client = Client(server.url, created["api_key"])
+    backend = client.create_key("backend", scopes=["intents"])
+    leak_watch.add(backend["api_key"])
+    assert backend["scopes"] == ["intents"]
+    narrow = Client(server.url, backend["api_key"], max_retries=0)
+    assert narrow.generate("sdk-user-token-3").intent_hash.startswith("sha256:")
+    with pytest.raises(AuthenticationError) as refused:
+        narrow.set_signature_scheme("bound")
+    assert refused.value.status == 403
+    assert refused.value.message == "this key lacks the scope signing:write"

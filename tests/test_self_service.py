@@ -25,18 +25,21 @@ def test_several_keys_act_for_one_tenant_and_are_shown_once(client, tenant, leak
     assert created.status_code == 201 and created.headers["Cache-Control"] == "no-store"
     body = created.get_json()
     leak_watch.add(body["api_key"])
-    assert set(body) == {"id", "name", "prefix", "created_at", "expires_at", "api_key"}
+    assert set(body) == {"id", "name", "prefix", "scopes", "created_at", "expires_at", "api_key"}
     assert body["prefix"] == body["api_key"][:15] and body["expires_at"] is None
+    assert body["scopes"] == ["intents"]
     for key in (tenant.api_key, body["api_key"]):
         assert _usage(client, key).get_json()["email"] == tenant.email
     listed = client.get("/v1/tenant/keys", headers=tenant.headers).get_json()["keys"]
     assert sorted(key["name"] for key in listed) == ["default", "deploy-2"]
-    assert all(set(key) == {"id", "name", "prefix", "created_at", "expires_at"} for key in listed)
+    assert all(set(key) == {"id", "name", "prefix", "scopes", "created_at", "expires_at"}
+               for key in listed)
     assert tenant.api_key not in json.dumps(listed) and body["api_key"] not in json.dumps(listed)
 
 
 def test_a_revoked_key_is_refused_at_once_and_the_last_one_stays(client, tenant):
-    second = _create_key(client, tenant.headers, name="second").get_json()
+    second = _create_key(client, tenant.headers, name="second",
+                         scopes=["usage:read", "keys:write"]).get_json()
     first_id = next(key["id"] for key in
                     client.get("/v1/tenant/keys", headers=tenant.headers).get_json()["keys"]
                     if key["id"] != second["id"])
@@ -129,7 +132,7 @@ def test_every_kind_of_change_is_audited_with_its_actor(client, runner, tenant, 
         return response.get_json()
 
     second = call("post", "/v1/tenant/keys", tenant.headers, "api_key.created",
-                  json={"name": "second"})
+                  json={"name": "second", "scopes": ["signing:write", "usage:read"]})
     leak_watch.add(second["api_key"])
     key = {"X-Service-Key": second["api_key"]}
     call("post", "/v1/tenant/signing-secret/rotate", key, "signing_secret.rotated", json={})
@@ -268,7 +271,7 @@ def test_the_cli_manages_keys_and_shows_the_audit_and_daily_bars(client, runner,
     assert _usage(client, api_key).status_code == 200
     listed = runner.invoke(args=["tenants", "keys", "list", str(tenant.tenant_id)]).stdout
     lines = listed.splitlines()
-    assert lines[0] == "ID\tNAME\tPREFIX\tCREATED_AT\tEXPIRES_AT"
+    assert lines[0] == "ID\tNAME\tPREFIX\tSCOPES\tCREATED_AT\tEXPIRES_AT"
     assert any(line.split("\t")[1:3] == ["cli-key", api_key[:15] + "..."] for line in lines)
     assert api_key not in listed
     key_id = next(line.split("\t")[0] for line in lines[1:] if "\tcli-key\t" in line)

@@ -363,7 +363,7 @@ def test_the_cli_manages_keys_and_switches_with_a_grace(client, runner, tenant, 
     assert added.exit_code == 0, added.output
     key_id = json.loads(added.stdout)["id"]
     listed = runner.invoke(args=["tenants", "signing-keys", "list", str(tenant.tenant_id)])
-    assert listed.stdout.splitlines()[0] == "ID\tNAME\tCREATED_AT\tEXPIRES_AT"
+    assert listed.stdout.splitlines()[0] == "ID\tNAME\tFINGERPRINT\tCREATED_AT\tEXPIRES_AT"
     assert listed.stdout.splitlines()[1].startswith(f"{key_id}\tcli\t")
     switched = runner.invoke(args=["tenants", "set-signature-scheme", tenant.email, "ed25519",
                                    "--grace", "120"])

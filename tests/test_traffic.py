@@ -134,11 +134,11 @@ def test_an_address_that_is_no_address_is_unknown(settings, migrated, tenant):
     statuses = [client.get("/v1/tenant/usage", headers={**BAD_KEY, "X-Forwarded-For": forged}
                            ).status_code for forged in ("a" * 100, "b" * 100, "c" * 100)]
     assert statuses == [401, 401, 429]  # one shared bucket, not one per invented text
-    changed = client.put("/v1/tenant/signature-scheme", json={"scheme": "payload"},
-                         headers={**tenant.headers, "X-Forwarded-For": "a" * 100})
+    changed = client.post("/v1/tenant/signing-secret/rotate", json={},
+                          headers={**tenant.headers, "X-Forwarded-For": "a" * 100})
     assert changed.status_code == 200
     entries = client.get("/v1/tenant/audit-log", headers=tenant.headers).get_json()["entries"]
-    assert entries[0]["action"] == "signature_scheme.changed" and entries[0]["address"] == "unknown"
+    assert entries[0]["action"] == "signing_secret.rotated" and entries[0]["address"] == "unknown"
 
 
 def test_cors_for_an_allowed_origin_only(settings, migrated, tenant):

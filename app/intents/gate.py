@@ -9,7 +9,10 @@ sequence inside one BEGIN IMMEDIATE transaction. Atomicity is the database's: th
 UPDATE consumes an intent at most once however many workers race for it, the seen_responses key
 catches a replayed match_id, and the usage upsert never passes the plan limit.
 """
+import json
+
 from flask import current_app
+from intentgate.signing import MAX_SAFE_INTEGER
 from sqlalchemy import and_, bindparam, case, exists, literal, not_, select, true, update
 
 from app import crypto, database
@@ -22,7 +25,19 @@ from app.tenants.plans import monthly_limit
 
 
 def result(cleared, reason, payload):
-    return {"cleared": cleared, "reason": reason, "payload": payload if cleared else None}
+    """The verdict as answered. A cleared payload comes back in the form that was signed, its
+    JCS form (1.0 as 1, -0.0 as 0): never a value that differs from the signed one in type or
+    sign, which a client comparing or re-signing it would see."""
+    return {"cleared": cleared, "reason": reason,
+            "payload": json.loads(canonical_json(payload), parse_int=_jcs_number) if cleared
+            else None}
+
+
+def _jcs_number(text):
+    """JCS writes a whole double as digits: an integer within ±(2^53-1), a double beyond (it
+    was one when signed, and stays one: 1e19 is not the integer 10000000000000000000)."""
+    value = int(text)
+    return value if abs(value) <= MAX_SAFE_INTEGER else float(text)
 
 
 def verify(principal, original_intent_hash, response):

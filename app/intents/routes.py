@@ -12,6 +12,7 @@ from app.intents.schemas import (
     VerifySchema,
 )
 from app.openapi import Blueprint
+from app.tenants.scopes import INTENTS
 from app.traffic.limits import rate_limited
 
 bp = Blueprint("intent", __name__, url_prefix="/v1/intent")
@@ -23,7 +24,7 @@ MONTH_USED_UP = "`monthly verification limit reached`: the tenant's plan is used
 @bp.response(200, IntentSignatureSchema)
 @bp.error(429, MONTH_USED_UP + " Also `rate limit exceeded`.")
 @bp.error(502, "`context store request failed`: nothing was created or metered.")
-@authenticate()
+@authenticate(scope=INTENTS)
 @rate_limited
 @bp.arguments(GenerateSchema)
 def generate(request_fields):
@@ -36,7 +37,7 @@ def generate(request_fields):
 @bp.doc(parameters=[idempotency.PARAMETER])
 @bp.error(422, "Idempotency-Key reused with a different body.")
 @bp.error(429, MONTH_USED_UP + " Also `rate limit exceeded`.")
-@authenticate()
+@authenticate(scope=INTENTS)
 @rate_limited
 @bp.arguments(VerifySchema)
 def verify(request_fields):

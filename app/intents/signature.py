@@ -55,12 +55,14 @@ def signing_message(scheme, intent_hash, match_id, timestamp, canonical_payload)
 
 def ed25519_matches(public_keys, message, signature):
     """True when `signature` (standard base64 of 64 bytes) is an Ed25519 signature of `message`
-    by one of `public_keys` (base64 of 32 raw bytes each)."""
+    by one of `public_keys` (base64 of 32 raw bytes each). Only the canonical base64 form
+    counts: another spelling of the same bytes (non-zero trailing bits, say) is another
+    signature string, and a signature's text must have one form, as its bytes do."""
     try:
         raw = base64.b64decode(signature, validate=True)
     except (binascii.Error, ValueError):
         return False
-    if len(raw) != 64:
+    if len(raw) != 64 or base64.b64encode(raw).decode("ascii") != signature:
         return False
     for public_key in public_keys:
         try:

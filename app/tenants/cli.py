@@ -5,7 +5,7 @@ import click
 
 from app.cli_support import OperatorGroup, echo_json, one_line_errors
 from app.sql import unit_of_work
-from app.tenants import audit, keys, service, signing, usage_history
+from app.tenants import audit, keys, scopes, service, signing, usage_history
 from app.tenants.plans import PLANS, SIGNATURE_SCHEMES
 from app.tenants.schemas import (
     EXPIRES_IN_MAX,
@@ -145,9 +145,10 @@ def add_signing_key(tenant, public_key_file, name, expires_in):
 @one_line_errors
 def list_signing_keys(tenant):
     """List a tenant's active signing keys."""
-    click.echo("ID\tNAME\tCREATED_AT\tEXPIRES_AT")
+    click.echo("ID\tNAME\tFINGERPRINT\tCREATED_AT\tEXPIRES_AT")
     for key in signing.list_signing_keys(service.find_tenant(tenant).id):
-        click.echo(f"{key.id}\t{key.name or '-'}\t{key.created_at}\t{key.expires_at or '-'}")
+        click.echo(f"{key.id}\t{key.name or '-'}\t{key.fingerprint}\t{key.created_at}\t"
+                   f"{key.expires_at or '-'}")
 
 
 @signing_keys.command("revoke", epilog=TENANT_HELP)
@@ -257,13 +258,17 @@ tenants.add_command(api_keys)
 @click.option("--name", required=True, help="A name to tell keys apart.")
 @click.option("--expires-in", type=click.IntRange(1, EXPIRES_IN_MAX),
               help="Seconds until the key stops working.")
+@click.option("--scope", "scope_names", multiple=True, type=click.Choice(scopes.SCOPES),
+              help="What the key may do; repeat for several (default: intents only).")
 @one_line_errors
-def add_api_key(tenant, name, expires_in):
+def add_api_key(tenant, name, expires_in, scope_names):
     """Create an API key; it is printed once."""
-    fields = api_key_create_schema.load({"name": name, "expires_in": expires_in})
+    fields = api_key_create_schema.load({"name": name, "expires_in": expires_in,
+                                         "scopes": list(scope_names) or None})
     with unit_of_work():
         row, api_key = keys.create_key(service.find_tenant(tenant).id, **fields)
-    click.echo(f"api key {row.id} ({row.name}): {api_key}")
+    click.echo(f"api key {row.id} ({row.name}, scopes {','.join(scopes.listed(row.scopes))}): "
+               f"{api_key}")
     click.echo("Store it now: it is not shown again.")
 
 
@@ -272,10 +277,10 @@ def add_api_key(tenant, name, expires_in):
 @one_line_errors
 def list_api_keys(tenant):
     """List a tenant's active API keys (never a secret)."""
-    click.echo("ID\tNAME\tPREFIX\tCREATED_AT\tEXPIRES_AT")
+    click.echo("ID\tNAME\tPREFIX\tSCOPES\tCREATED_AT\tEXPIRES_AT")
     for row in keys.list_keys(service.find_tenant(tenant).id):
-        click.echo(f"{row.id}\t{row.name}\t{row.prefix}...\t{row.created_at}\t"
-                   f"{row.expires_at or '-'}")
+        click.echo(f"{row.id}\t{row.name}\t{row.prefix}...\t{','.join(scopes.listed(row.scopes))}"
+                   f"\t{row.created_at}\t{row.expires_at or '-'}")
 
 
 @api_keys.command("revoke", epilog=TENANT_HELP)

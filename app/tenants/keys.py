@@ -11,7 +11,7 @@ from app import crypto, database
 from app.clock import billing_period, now_seconds
 from app.errors import Conflict, NotFound, Unauthorized
 from app.extensions import db
-from app.tenants import audit
+from app.tenants import audit, scopes as key_scopes
 from app.tenants.tenant_row import existing_tenant, locked_tenant
 from app.tenants.models import ApiKey, MonthlyUsage, SigningKey, Tenant
 
@@ -35,25 +35,32 @@ def _active_count(tenant_id, now):
     ).scalar_one()
 
 
-def issue(tenant_id, name=DEFAULT_NAME, expires_in=None, now=None):
-    """Add a key row; return (row, plaintext key). The plaintext exists only in this answer."""
+def issue(tenant_id, scopes, name=DEFAULT_NAME, expires_in=None, now=None):
+    """Add a key row holding `scopes`; return (row, plaintext key). The plaintext exists only in
+    this answer."""
     now = now_seconds() if now is None else now
     api_key = crypto.new_api_key()
     row = ApiKey(id="ak_" + secrets.token_hex(12), tenant_id=tenant_id, name=name,
                  key_digest=crypto.key_digest(api_key), prefix=crypto.display_prefix(api_key),
+                 scopes=key_scopes.stored(scopes),
                  created_at=now, expires_at=None if expires_in is None else now + expires_in)
     db.session.add(row)
     db.session.flush()
     return row, api_key
 
 
-def create_key(tenant_id, name=DEFAULT_NAME, expires_in=None):
+def create_key(tenant_id, name=DEFAULT_NAME, expires_in=None, scopes=None, granting=None):
+    """A new key holding `scopes` (default: intents only). `granting` is the scopes of the key
+    that asks, which the new key may not exceed; None for an operator (admin key, CLI)."""
+    scopes = key_scopes.grantable(
+        key_scopes.DEFAULT if scopes is None else frozenset(scopes), granting)
     locked_tenant(tenant_id)
     now = now_seconds()
     if _active_count(tenant_id, now) >= MAX_ACTIVE_KEYS:
         raise Conflict(TOO_MANY)
-    row, api_key = issue(tenant_id, name, expires_in, now)
-    audit.record(tenant_id, "api_key.created", key_id=row.id, prefix=row.prefix)
+    row, api_key = issue(tenant_id, scopes, name, expires_in, now)
+    audit.record(tenant_id, "api_key.created", key_id=row.id, prefix=row.prefix,
+                 scopes=key_scopes.listed(row.scopes))
     log.info("api key created", extra={"tenant_id": tenant_id, "api_key_id": row.id})
     return row, api_key
 
@@ -101,14 +108,16 @@ def rotate(tenant_id, key_id=None):
         key_id = newest
     old = db.session.execute(
         update(ApiKey).where(ApiKey.id == key_id, ApiKey.tenant_id == tenant_id, *_active(now))
-        .values(revoked_at=now).returning(ApiKey.name, ApiKey.expires_at, ApiKey.prefix)
+        .values(revoked_at=now)
+        .returning(ApiKey.name, ApiKey.expires_at, ApiKey.prefix, ApiKey.scopes)
     ).first()
     if old is None:
         raise Unauthorized("Invalid or inactive API key")
     expires_in = None if old.expires_at is None else max(1, old.expires_at - now)
-    row, api_key = issue(tenant_id, old.name, expires_in, now)
+    # The new key does what the old one did: rotation neither widens nor narrows a key.
+    row, api_key = issue(tenant_id, key_scopes.held(old.scopes), old.name, expires_in, now)
     audit.record(tenant_id, "api_key.rotated", key_id=key_id, prefix=old.prefix,
-                 new_key_id=row.id, new_prefix=row.prefix)
+                 new_key_id=row.id, new_prefix=row.prefix, scopes=key_scopes.listed(row.scopes))
     log.info("api key rotated", extra={"tenant_id": tenant_id, "api_key_id": row.id})
     return api_key
 
@@ -128,7 +137,8 @@ def _tenant_by_key_digest():
     )
     return (
         select(*(tenants.c[name] for name, _ in _TENANT_COLUMNS), keys.c.id.label("api_key_id"),
-               keys.c.key_digest, keys.c.prefix, usage.c.usage_count, public_keys)
+               keys.c.key_digest, keys.c.prefix, keys.c.scopes, usage.c.usage_count,
+               public_keys)
         .select_from(
             keys.join(tenants, tenants.c.id == keys.c.tenant_id)
             .outerjoin(usage, and_(usage.c.tenant_id == tenants.c.id,
@@ -152,7 +162,7 @@ KEY_LOOKUP_FUNCTION = database.Function(
     arguments=[("digest", "text"), ("period", "text"), ("now", "bigint")],
     returns=[*_TENANT_COLUMNS, ("api_key_id", "character varying"),
              ("key_digest", "character varying"), ("prefix", "character varying"),
-             ("usage_count", "bigint"), ("signing_public_keys", "text")],
+             ("scopes", "character varying"), ("usage_count", "bigint"), ("signing_public_keys", "text")],
 )
 
 

@@ -1,3 +1,6 @@
+import base64
+import hashlib
+
 from sqlalchemy import BigInteger, Boolean, DateTime, ForeignKey, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -39,6 +42,8 @@ class ApiKey(db.Model):
     name: Mapped[str] = mapped_column(String(100))
     key_digest: Mapped[str] = mapped_column(String(64), unique=True)
     prefix: Mapped[str] = mapped_column(String(16))
+    # What the key may do (app.tenants.scopes): space-separated, in canonical order.
+    scopes: Mapped[str] = mapped_column(String(100))
     created_at: Mapped[int] = mapped_column(BigInteger)
     expires_at: Mapped[int | None] = mapped_column(BigInteger)
     revoked_at: Mapped[int | None] = mapped_column(BigInteger)
@@ -98,6 +103,12 @@ class SigningKey(db.Model):
     created_at: Mapped[int] = mapped_column(BigInteger)
     expires_at: Mapped[int | None] = mapped_column(BigInteger)
     revoked_at: Mapped[int | None] = mapped_column(BigInteger)
+
+    @property
+    def fingerprint(self):
+        """As OpenSSH writes it: people compare it with `ssh-keygen -l` of the key they hold."""
+        digest = hashlib.sha256(base64.b64decode(self.public_key)).digest()
+        return "SHA256:" + base64.b64encode(digest).decode("ascii").rstrip("=")
 
 
 class MonthlyUsage(db.Model):

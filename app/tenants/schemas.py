@@ -12,6 +12,7 @@ from app.schemas import (
     no_control_characters,
 )
 from app.sql import MAX_ID
+from app.tenants import scopes
 from app.tenants.plans import PLANS, SIGNATURE_SCHEMES
 
 class UtcDateTime(fields.DateTime):
@@ -189,6 +190,10 @@ class SigningKeyCreateSchema(RequestSchema):
 class SigningKeySchema(Schema):
     id = fields.String(required=True)
     name = fields.String(required=True, allow_none=True)
+    fingerprint = fields.String(
+        required=True, metadata={"pattern": "^SHA256:[A-Za-z0-9+/]{43}$",
+                                 "description": "SHA256: and the unpadded base64 of the SHA-256 "
+                                                "of the key's 32 raw bytes, as OpenSSH writes it."})
     created_at = fields.Integer(required=True, metadata={"description": "Unix seconds."})
     expires_at = fields.Integer(required=True, allow_none=True,
                                 metadata={"description": "Unix seconds; null: no expiry."})
@@ -230,15 +235,42 @@ class SigningSecretSchema(Schema):
                                           metadata={"description": "Unix seconds."})
 
 
+SCOPES_MESSAGE = "scopes must be drawn from: " + ", ".join(scopes.SCOPES)
+
+
 class ApiKeyCreateSchema(RequestSchema):
     name = _key_name_field(required=True)
     expires_in = _expires_in_field()
+    scopes = fields.List(
+        fields.String(validate=validate.OneOf(scopes.SCOPES, error=SCOPES_MESSAGE),
+                      error_messages={"invalid": SCOPES_MESSAGE}),
+        load_default=None,
+        validate=validate.Length(min=1, max=len(scopes.SCOPES) * 2,
+                                 error="scopes must name 1 to 5 scopes"),
+        error_messages={"invalid": "scopes must be a list of scope names",
+                        "null": "scopes must be a list of scope names"},
+        metadata={"description": "What the key may do (default: [\"intents\"]), never more than "
+                                 "the key that creates it: " + "; ".join(
+                                     f"`{name}`: {what}"
+                                     for name, what in scopes.WHAT_EACH_GRANTS.items())},
+    )
+
+
+class _Scopes(fields.List):
+    """A key's scopes as a list, from the column's space-separated form."""
+
+    def __init__(self, **kwargs):
+        super().__init__(fields.String(validate=validate.OneOf(scopes.SCOPES)), **kwargs)
+
+    def _serialize(self, value, attr, obj, **kwargs):
+        return super()._serialize(scopes.listed(value), attr, obj, **kwargs)
 
 
 class ApiKeySchema(Schema):
     id = fields.String(required=True)
     name = fields.String(required=True)
     prefix = fields.String(required=True, metadata={"description": "The key's first characters."})
+    scopes = _Scopes(required=True, metadata={"description": "What the key may do."})
     created_at = fields.Integer(required=True, metadata={"description": "Unix seconds."})
     expires_at = fields.Integer(required=True, allow_none=True,
                                 metadata={"description": "Unix seconds; null: no expiry."})

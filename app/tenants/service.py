@@ -9,7 +9,7 @@ from app.clock import billing_period, now_seconds
 from app.errors import NotFound
 from app.extensions import db
 from app.sql import MAX_ID, insert_unique
-from app.tenants import audit, keys, mail, signing
+from app.tenants import audit, keys, mail, scopes, signing
 from app.tenants.models import MonthlyUsage, Tenant
 from app.tenants.plans import PAID_PLANS, monthly_limit
 
@@ -37,8 +37,10 @@ def create_tenant(email, plan):
         signature_scheme="bound",
     )
     insert_unique(tenant, "a tenant with this email already exists")
-    key, api_key = keys.issue(tenant.id)
-    audit.record(tenant.id, "tenant.created", plan=plan, key_id=key.id, prefix=key.prefix)
+    # A tenant's first key holds every scope: it is how the tenant makes narrower ones.
+    key, api_key = keys.issue(tenant.id, scopes.ALL)
+    audit.record(tenant.id, "tenant.created", plan=plan, key_id=key.id, prefix=key.prefix,
+                 scopes=scopes.listed(key.scopes))
     log.info("tenant created", extra={"tenant_id": tenant.id, "plan": plan})
     return Provisioned(tenant, api_key, signing_secret)
 

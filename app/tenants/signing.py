@@ -39,6 +39,7 @@ _ONE_PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----[A-Za-z0-9+/=\s]+-----
 NEEDS_A_KEY = "the ed25519 scheme needs an active signing key: add one first"
 LAST_KEY = "this is the last active signing key of a tenant on the ed25519 scheme"
 TOO_MANY = f"a tenant holds at most {MAX_ACTIVE_KEYS} active signing keys: revoke one first"
+ALREADY_REGISTERED = "this public key is already registered"
 _OTHER_KINDS = ((rsa.RSAPublicKey, "an RSA key"), (ec.EllipticCurvePublicKey, "an ECDSA key"),
                 (ed448.Ed448PublicKey, "an Ed448 key"), (x25519.X25519PublicKey, "an X25519 key"))
 
@@ -99,6 +100,15 @@ def add_signing_key(tenant_id, public_key, name=None, expires_in=None):
     raw_base64 = parse_public_key(public_key)
     locked_tenant(tenant_id)
     now = now_seconds()
+    # Under the tenant row's lock: of concurrent registrations of one key, exactly one is made.
+    # A second entry would outlive the revocation of the first and keep the key verifying.
+    existing = db.session.execute(
+        select(SigningKey.id).where(SigningKey.tenant_id == tenant_id,
+                                    SigningKey.public_key == raw_base64, *_active(now))
+    ).scalar_one_or_none()
+    if existing is not None:
+        raise Conflict(ALREADY_REGISTERED,
+                       details={"public_key": [f"already registered as signing key {existing}"]})
     if _active_count(tenant_id, now) >= MAX_ACTIVE_KEYS:
         raise Conflict(TOO_MANY)
     key = SigningKey(tenant_id=tenant_id, id="sk_" + secrets.token_hex(12), name=name,

@@ -84,9 +84,12 @@ class Client:
     # Creating and revoking are retried only when the request could not be sent: a retry of a
     # creation that went through would make a second key.
 
-    def create_key(self, name, expires_in=None):
-        """A new API key for this tenant; `api_key` in the answer is shown only this once."""
-        body = {"name": name, **({"expires_in": expires_in} if expires_in else {})}
+    def create_key(self, name, expires_in=None, scopes=None):
+        """A new API key for this tenant; `api_key` in the answer is shown only this once.
+        `scopes` (default ["intents"]): what the key may do, never more than this client's key
+        holds. A backend that only generates and verifies needs no more than "intents"."""
+        body = {"name": name, **({"expires_in": expires_in} if expires_in else {}),
+                **({"scopes": list(scopes)} if scopes is not None else {})}
         return self._request("POST", "/v1/tenant/keys", json=body, unsent_only=True)[0]
 
     def list_keys(self):
@@ -108,8 +111,8 @@ class Client:
         return self._request("DELETE", f"/v1/tenant/signing-keys/{key_id}", unsent_only=True)[0]
 
     def set_signature_scheme(self, scheme, grace_seconds=0):
-        """Switch to "bound", "payload" or "ed25519"; the previous scheme verifies for
-        `grace_seconds` more."""
+        """Switch to "bound" or "ed25519" ("payload" only an operator may choose); the previous
+        scheme verifies for `grace_seconds` more."""
         return self._request("PUT", "/v1/tenant/signature-scheme",
                              json={"scheme": scheme, "grace_seconds": grace_seconds})[0]
 

@@ -15,7 +15,8 @@ class IntentGateError(Exception):
 
 
 class AuthenticationError(IntentGateError):
-    """401 or 403: the key is missing, wrong, rotated, deactivated, or of the wrong kind."""
+    """401 or 403: the key is missing, wrong, rotated, deactivated, of the wrong kind, or lacks
+    the scope the call needs (the error text names it)."""
 
 
 class ValidationError(IntentGateError):
