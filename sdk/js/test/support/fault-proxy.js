@@ -80,10 +80,11 @@ async function startFaultProxy(targetUrl) {
     plan(...faults) {
       planned.push(...faults);
     },
-    /** Forget the requests seen and the faults not yet played. */
+    /** Forget the requests seen and the faults not yet played; number answers from 1 again. */
     reset() {
       planned.length = 0;
       requests.length = 0;
+      answered = 0;
     },
     close() {
       server.closeAllConnections();
