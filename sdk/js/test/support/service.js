@@ -16,11 +16,12 @@ const ROOT = path.resolve(__dirname, '../../../..');
 const PYTHON = path.join(ROOT, '.venv', 'bin', 'python');
 const run = promisify(execFile);
 
-function requireVenv() {
-  if (!fs.existsSync(PYTHON)) {
+/** Throw, saying how to make it, when `root` has no .venv to run the service from. */
+function requireVenv(root = ROOT) {
+  if (!fs.existsSync(path.join(root, '.venv', 'bin', 'python'))) {
     throw new Error(`The client's tests run the real service from the repository's virtualenv, `
-      + `and there is none at ${path.join(ROOT, '.venv')}. Make it once, at the repository root `
-      + `(${ROOT}):\n  python3.11 -m venv .venv && .venv/bin/pip install -r requirements-dev.txt\n`
+      + `and there is none at ${path.join(root, '.venv')}. Make it once, at the repository root `
+      + `(${root}):\n  python3.11 -m venv .venv && .venv/bin/pip install -r requirements-dev.txt\n`
       + '(.ci/run does the same before it runs npm test.)');
   }
 }
@@ -154,4 +155,4 @@ async function startService({ contextStoreUrl } = {}) {
   }
 }
 
-module.exports = { startService };
+module.exports = { requireVenv, startService };
