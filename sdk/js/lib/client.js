@@ -33,7 +33,8 @@ class Client {
     }
     if (typeof fetch !== 'function') throw new TypeError('fetch must be a function');
     this.#transport = new Transport({
-      baseUrl: baseUrl.replace(/\/+$/, ''), apiKey, timeout, retries, backoffBase, backoffCap, fetch,
+      baseUrl: baseUrl.replace(/\/+$/, ''), apiKey, timeout, retries, backoffBase, backoffCap,
+      fetch,
     });
   }
 

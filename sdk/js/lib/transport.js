@@ -104,7 +104,8 @@ function checkHeaders(headers) {
 function isNetworkFailure(error) {
   if (!(error instanceof Error)) return false;
   if (error.name === 'TimeoutError' || error.name === 'AbortError') return true;
-  return (error instanceof TypeError && error.cause !== undefined) || typeof error.code === 'string';
+  return (error instanceof TypeError && error.cause !== undefined)
+    || typeof error.code === 'string';
 }
 
 function failureCode(error) {

@@ -29,7 +29,8 @@ let environment;
 function readmeExamples() {
   const readme = fs.readFileSync(path.join(PACKAGE, 'README.md'), 'utf8');
   const examples = {};
-  for (const [, name, code] of readme.matchAll(/<!-- example: (\S+) -->\n```\w+\n([\s\S]*?)\n```/g)) {
+  const marked = /<!-- example: (\S+) -->\n```\w+\n([\s\S]*?)\n```/g;
+  for (const [, name, code] of readme.matchAll(marked)) {
     examples[name] = `${code}\n`;
   }
   return examples;
@@ -56,7 +57,8 @@ before(async () => {
     answer: async (question) => `You asked: ${question}` });
   await new Promise((resolve) => { aiService.listen(0, '127.0.0.1', resolve); });
   environment = { ...process.env, INTENTGATE_BASE_URL: service.url,
-    INTENTGATE_API_KEY: tenant.apiKey, AI_SERVICE_URL: `http://127.0.0.1:${aiService.address().port}` };
+    INTENTGATE_API_KEY: tenant.apiKey,
+    AI_SERVICE_URL: `http://127.0.0.1:${aiService.address().port}` };
 });
 
 after(async () => {
@@ -73,7 +75,8 @@ test('npm pack makes a tarball that installs into an empty directory', async () 
   assert.ok(files.includes('lib/client.js') && files.includes('index.d.ts'));
   assert.deepEqual(files.filter((file) => /^(test|examples)\//.test(file)), []);
   // No dependencies, so nothing has to come from a registry.
-  await runIn(project, npm, ['install', '--offline', ...QUIET, path.join(directory, packed.filename)]);
+  await runIn(project, npm,
+    ['install', '--offline', ...QUIET, path.join(directory, packed.filename)]);
   assert.ok(fs.existsSync(path.join(project, 'node_modules', 'intentgate', 'lib', 'client.js')));
 });
 
@@ -99,7 +102,8 @@ test('tsc --noEmit --strict accepts the README\'s examples with the installed ty
     fs.writeFileSync(path.join(project, name), code);
   }
   // The versions pinned in devDependencies, from the npm registry (the package itself has none).
-  const pinned = Object.entries(manifest.devDependencies).map(([name, version]) => `${name}@${version}`);
+  const pinned = Object.entries(manifest.devDependencies)
+    .map(([name, version]) => `${name}@${version}`);
   await runIn(project, npm, ['install', '--no-save', ...QUIET, ...pinned]);
   fs.writeFileSync(path.join(project, 'tsconfig.json'), JSON.stringify({
     compilerOptions: { strict: true, noEmit: true, allowJs: true, checkJs: true,

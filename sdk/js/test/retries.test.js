@@ -29,7 +29,8 @@ after(async () => {
 
 afterEach(() => proxy.reset());
 
-const viaProxy = (options = {}) => new Client(proxy.url, { apiKey: tenant.apiKey, ...FAST, ...options });
+const viaProxy = (options = {}) => new Client(proxy.url,
+  { apiKey: tenant.apiKey, ...FAST, ...options });
 const direct = (apiKey) => new Client(service.url, { apiKey, ...FAST });
 const attempts = (path) => proxy.requests.filter((request) => request.path === path);
 
@@ -123,7 +124,7 @@ test('a refused connection is retried, then ServiceError with maybeSent false', 
   assert.equal(error.message, 'network failure: ECONNREFUSED');
   assert.equal(error.maybeSent, false);
   assert.equal(calls, 4, 'never sent, so even rotateKey is retried');
-  assert.equal(client.apiKey, tenant.apiKey);
+  assert.ok(client.apiKey === tenant.apiKey, 'the client keeps its key');
 });
 
 test('rotateKey that could not be sent is retried, and the client switches keys', async () => {
@@ -137,7 +138,7 @@ test('rotateKey that could not be sent is retried, and the client switches keys'
   const client = new Client(service.url, { apiKey, ...FAST, fetch: firstRefused });
   const rotation = await client.rotateKey();
   assert.equal(calls, 2);
-  assert.equal(client.apiKey, rotation.newKey);
+  assert.ok(client.apiKey === rotation.newKey, 'the client sends the new key');
   assert.equal((await client.usage()).plan, 'pro');
   await assert.rejects(direct(apiKey).usage(), AuthenticationError);
 });
@@ -150,7 +151,7 @@ test('rotateKey that may have been sent is not retried: a dropped answer, a 5xx'
   assert.ok(dropped instanceof ServiceError);
   assert.equal(dropped.maybeSent, true);
   assert.equal(attempts('/v1/tenant/rotate-key').length, 1);
-  assert.equal(client.apiKey, apiKey);
+  assert.ok(client.apiKey === apiKey, 'the client keeps its key');
   // It did rotate: the old key is dead, which is why a retry could only have got 401.
   await assert.rejects(direct(apiKey).usage(), AuthenticationError);
 

@@ -13,9 +13,9 @@ const { requireVenv } = require('./support/service');
 test('a missing .venv fails with the command that makes it', () => {
   const root = fs.mkdtempSync(path.join(os.tmpdir(), 'intentgate-novenv-'));
   try {
-    assert.throws(() => requireVenv(root), (error) => error.message.includes(path.join(root, '.venv'))
-      && error.message.includes('python3.11 -m venv .venv && .venv/bin/pip install -r '
-        + 'requirements-dev.txt'));
+    const command = 'python3.11 -m venv .venv && .venv/bin/pip install -r requirements-dev.txt';
+    assert.throws(() => requireVenv(root), (error) => error.message.includes(command)
+      && error.message.includes(path.join(root, '.venv')));
   } finally {
     fs.rmSync(root, { recursive: true, force: true });
   }

@@ -11,7 +11,8 @@ const HOP_BY_HOP = new Set(['host', 'connection', 'content-length', 'keep-alive'
 /** The faults a proxy can play, one request each. */
 const fault = {
   /** Answer without forwarding: the service never sees the request. */
-  answer: (status, headers = {}, error = 'injected by the test proxy') => ({ status, headers, error }),
+  answer: (status, headers = {}, error = 'injected by the test proxy') =>
+    ({ status, headers, error }),
   /** Read the request, then close the connection without an answer (nothing forwarded). */
   drop: () => ({ drop: true }),
   /** Forward, let the service act, then lose its answer: answer `status` instead. */
