@@ -17,15 +17,15 @@ class Client {
     apiKey, timeout = 30000, retries = 3, backoffBase = 500, backoffCap = 8000,
     fetch = globalThis.fetch,
   } = {}) {
-    if (typeof baseUrl !== 'string' || !/^https?:\/\/[^/]/i.test(baseUrl)) {
-      throw new TypeError('baseUrl must be an http:// or https:// URL');
-    }
+    if (!isHttpUrl(baseUrl)) throw new TypeError('baseUrl must be an http:// or https:// URL');
     if (typeof apiKey !== 'string' || !PRINTABLE.test(apiKey)) {
       throw new TypeError('apiKey must be a non-empty string of printable ASCII');
     }
-    for (const [name, value] of Object.entries({ timeout, backoffBase, backoffCap })) {
-      if (typeof value !== 'number' || !(value >= 0) || value === Infinity) {
-        throw new TypeError(`${name} must be a finite number of milliseconds`);
+    // A timeout of 0 would abort every attempt at once.
+    for (const [name, value, least] of [['timeout', timeout, 1], ['backoffBase', backoffBase, 0],
+      ['backoffCap', backoffCap, 0]]) {
+      if (typeof value !== 'number' || !Number.isFinite(value) || value < least) {
+        throw new TypeError(`${name} must be a finite number of milliseconds, at least ${least}`);
       }
     }
     if (!Number.isInteger(retries) || retries < 0) {
@@ -142,6 +142,16 @@ class Client {
 
   async #call(method, path, options) {
     return (await this.#transport.request(method, path, options)).body;
+  }
+}
+
+/** Whether fetch can take `value` + a path: a malformed URL would otherwise fail in fetch, where
+ *  it looks like a network failure and is retried. */
+function isHttpUrl(value) {
+  try {
+    return typeof value === 'string' && /^https?:$/.test(new URL(value).protocol);
+  } catch {
+    return false;
   }
 }
 
