@@ -1,13 +1,32 @@
 'use strict';
-// Signers for the intent verification service's AI responses (HMAC and Ed25519) and the
-// RFC 8785 canonical JSON they sign. No dependency beyond node:crypto.
+// The intent verification service from Node: the Client of tenant backends (generate, verify,
+// guard, usage, key rotation, self-service) and the signers of AI services (HMAC and Ed25519
+// over RFC 8785 canonical JSON). No dependency beyond Node's own fetch and node:crypto.
 
 const { INTEGER_RANGE_MESSAGE, canonicalize } = require('./lib/canonicalize');
+const { Client } = require('./lib/client');
+const {
+  AuthenticationError,
+  Blocked,
+  IntentGateError,
+  QuotaExceededError,
+  RateLimitError,
+  ServiceError,
+  ValidationError,
+} = require('./lib/errors');
 const { generateEd25519KeyPair } = require('./lib/keys');
 const { signResponse, signResponseEd25519, signingMessage } = require('./lib/signing');
 
 module.exports = {
+  AuthenticationError,
+  Blocked,
+  Client,
   INTEGER_RANGE_MESSAGE,
+  IntentGateError,
+  QuotaExceededError,
+  RateLimitError,
+  ServiceError,
+  ValidationError,
   canonicalize,
   generateEd25519KeyPair,
   signResponse,

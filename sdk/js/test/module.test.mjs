@@ -3,8 +3,10 @@ import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
 import { test } from 'node:test';
 
-import signer, { canonicalize, generateEd25519KeyPair, signResponse, signResponseEd25519 }
-  from 'intentgate';
+import signer, {
+  Blocked, Client, IntentGateError, ServiceError, canonicalize, generateEd25519KeyPair,
+  signResponse, signResponseEd25519,
+} from 'intentgate';
 
 const require = createRequire(import.meta.url);
 
@@ -15,6 +17,15 @@ test('import and require() give the same functions', () => {
   assert.equal(required.canonicalize, canonicalize);
   assert.equal(required.generateEd25519KeyPair, generateEd25519KeyPair);
   assert.equal(signer, required);
+});
+
+test('import and require() give the same Client and error classes', () => {
+  const required = require('intentgate');
+  assert.equal(required.Client, Client);
+  // One class whichever way it was loaded, so instanceof holds across both.
+  assert.equal(required.ServiceError, ServiceError);
+  assert.ok(new required.Blocked('InvalidSignature') instanceof Blocked);
+  assert.ok(new Blocked('InvalidSignature') instanceof IntentGateError);
 });
 
 test('the package has no runtime dependency', () => {

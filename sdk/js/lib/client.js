@@ -1,0 +1,175 @@
+'use strict';
+// The client of tenant backends: the Python SDK's Client, method for method, with camelCase
+// names and results. Retries and errors live in ./transport.
+
+const crypto = require('node:crypto');
+
+const { Blocked } = require('./errors');
+const { Transport } = require('./transport');
+
+// A key is sent as a header: refusing anything else here keeps fetch from quoting it in an error.
+const PRINTABLE = /^[\x21-\x7e]+$/;
+
+class Client {
+  #transport;
+
+  constructor(baseUrl, {
+    apiKey, timeout = 30000, retries = 3, backoffBase = 500, backoffCap = 8000,
+    fetch = globalThis.fetch,
+  } = {}) {
+    if (!isHttpUrl(baseUrl)) throw new TypeError('baseUrl must be an http:// or https:// URL');
+    if (typeof apiKey !== 'string' || !PRINTABLE.test(apiKey)) {
+      throw new TypeError('apiKey must be a non-empty string of printable ASCII');
+    }
+    // A timeout of 0 would abort every attempt at once.
+    for (const [name, value, least] of [['timeout', timeout, 1], ['backoffBase', backoffBase, 0],
+      ['backoffCap', backoffCap, 0]]) {
+      if (typeof value !== 'number' || !Number.isFinite(value) || value < least) {
+        throw new TypeError(`${name} must be a finite number of milliseconds, at least ${least}`);
+      }
+    }
+    if (!Number.isInteger(retries) || retries < 0) {
+      throw new TypeError('retries must be an integer of at least 0');
+    }
+    if (typeof fetch !== 'function') throw new TypeError('fetch must be a function');
+    this.#transport = new Transport({
+      baseUrl: baseUrl.replace(/\/+$/, ''), apiKey, timeout, retries, backoffBase, backoffCap,
+      fetch,
+    });
+  }
+
+  /** The key this client sends; rotateKey replaces it. A getter, so logging the client does
+   *  not print it. */
+  get apiKey() {
+    return this.#transport.apiKey;
+  }
+
+  // -- the API ---------------------------------------------------------------------------------
+
+  async generate(userToken, { ttl } = {}) {
+    const body = await this.#call('POST', '/v1/intent/generate',
+      { json: { user_token: userToken, ...given({ ttl }) } });
+    return { intentHash: body.intent_hash, intentClass: body.intent_class,
+      expiresAt: body.expires_at };
+  }
+
+  /** One Idempotency-Key for all attempts (a fresh one per call unless given), so a retry after
+   *  a lost answer gets the first verdict back instead of `ReplayedIntent`. */
+  async verify(intentHash, response, { idempotencyKey } = {}) {
+    const { body, headers } = await this.#transport.request('POST', '/v1/intent/verify', {
+      headers: { 'Idempotency-Key': idempotencyKey ?? crypto.randomUUID().replace(/-/g, '') },
+      json: { original_intent_hash: intentHash, response },
+    });
+    return { cleared: body.cleared, reason: body.reason, payload: body.payload,
+      replayed: headers.get('Idempotent-Replayed') === 'true' };
+  }
+
+  /** generate, then `callAi(intentHash)` (your call to the AI service, resolving to its signed
+   *  answer), then verify: resolves to the cleared payload, or rejects with Blocked. */
+  async guard(userToken, callAi, { ttl } = {}) {
+    const { intentHash } = await this.generate(userToken, { ttl });
+    const result = await this.verify(intentHash, await callAi(intentHash));
+    if (!result.cleared) throw new Blocked(result.reason, result);
+    return result.payload;
+  }
+
+  async usage() {
+    const body = await this.#call('GET', '/v1/tenant/usage');
+    return { email: body.email, plan: body.plan, usageCount: body.usage_count,
+      rateLimit: body.rate_limit, remaining: body.remaining };
+  }
+
+  /** Rotate the key; this client uses the new one from then on. Retried only when the request
+   *  could not be sent: once the service has rotated, the old key is dead and a retry could only
+   *  get 401, losing the new key. */
+  async rotateKey() {
+    const body = await this.#call('POST', '/v1/tenant/rotate-key', { json: {}, unsentOnly: true });
+    this.#transport.apiKey = body.new_key;
+    return { newKey: body.new_key, message: body.message };
+  }
+
+  // -- self-service --------------------------------------------------------------------------
+  // Creating and revoking are retried only when the request could not be sent: a retry of a
+  // creation that went through would make a second key.
+
+  async createKey(name, { expiresIn, scopes } = {}) {
+    const json = { name, ...given({ expires_in: expiresIn, scopes }) };
+    return camelCase(await this.#call('POST', '/v1/tenant/keys', { json, unsentOnly: true }));
+  }
+
+  async listKeys() {
+    return (await this.#call('GET', '/v1/tenant/keys')).keys.map(camelCase);
+  }
+
+  async revokeKey(keyId) {
+    return camelCase(await this.#call('DELETE', `/v1/tenant/keys/${segment(keyId)}`,
+      { unsentOnly: true }));
+  }
+
+  /** Register the AI service's Ed25519 public key (base64 of 32 bytes, or PEM). */
+  async addSigningKey(publicKey, { name, expiresIn } = {}) {
+    const json = { public_key: publicKey, ...given({ name, expires_in: expiresIn }) };
+    return camelCase(await this.#call('POST', '/v1/tenant/signing-keys',
+      { json, unsentOnly: true }));
+  }
+
+  async listSigningKeys() {
+    return (await this.#call('GET', '/v1/tenant/signing-keys')).signing_keys.map(camelCase);
+  }
+
+  async revokeSigningKey(keyId) {
+    return camelCase(await this.#call('DELETE', `/v1/tenant/signing-keys/${segment(keyId)}`,
+      { unsentOnly: true }));
+  }
+
+  /** Switch to 'bound', 'payload' or 'ed25519'; the previous scheme verifies `graceSeconds`
+   *  more. */
+  async setSignatureScheme(scheme, { graceSeconds = 0 } = {}) {
+    return camelCase(await this.#call('PUT', '/v1/tenant/signature-scheme',
+      { json: { scheme, grace_seconds: graceSeconds } }));
+  }
+
+  async auditLog({ limit = 50, before } = {}) {
+    const query = new URLSearchParams({ limit: String(limit) });
+    if (before !== undefined && before !== null) query.set('before', String(before));
+    return (await this.#call('GET', `/v1/tenant/audit-log?${query}`)).entries.map(camelCase);
+  }
+
+  async dailyUsage({ days = 30 } = {}) {
+    const query = new URLSearchParams({ days: String(days) });
+    return (await this.#call('GET', `/v1/tenant/usage/daily?${query}`)).days.map(camelCase);
+  }
+
+  async #call(method, path, options) {
+    return (await this.#transport.request(method, path, options)).body;
+  }
+}
+
+/** Whether fetch can take `value` + a path: a malformed URL would otherwise fail in fetch, where
+ *  it looks like a network failure and is retried. */
+function isHttpUrl(value) {
+  try {
+    return typeof value === 'string' && /^https?:$/.test(new URL(value).protocol);
+  } catch {
+    return false;
+  }
+}
+
+/** The members whose value was given (not undefined or null), as the Python SDK leaves out
+ *  what is None. */
+function given(members) {
+  return Object.fromEntries(Object.entries(members)
+    .filter(([, value]) => value !== undefined && value !== null));
+}
+
+/** A record's own names in camelCase (`created_at` → `createdAt`); values are left as they are,
+ *  so the block reasons that name a day's counts keep their names. */
+function camelCase(record) {
+  return Object.fromEntries(Object.entries(record)
+    .map(([name, value]) => [name.replace(/_([a-z])/g, (_, letter) => letter.toUpperCase()),
+      value]));
+}
+
+const segment = (id) => encodeURIComponent(String(id));
+
+module.exports = { Client };

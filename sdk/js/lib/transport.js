@@ -1,0 +1,150 @@
+'use strict';
+// One call to the service, retried as the service specification says and as the Python SDK
+// does: 5xx answers and network failures up to `retries` times with exponential backoff and
+// full jitter (a `Retry-After` from the service wins), 4xx answers never.
+
+const {
+  AuthenticationError,
+  IntentGateError,
+  QuotaExceededError,
+  RateLimitError,
+  ServiceError,
+  ValidationError,
+} = require('./errors');
+
+const QUOTA_TEXT = 'monthly verification limit reached';
+
+// Failures to open the connection: only these prove the request never reached the service.
+// Anything later (a reset, a closed or garbled answer, a timeout, a TLS failure) may have come
+// after the service acted. Judged by the error's code, never by its text, which differs between
+// systems and may partly come from the other end.
+const UNSENT_CODES = new Set([
+  'ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EAI_FAIL', 'ENETUNREACH', 'EHOSTUNREACH',
+  'EADDRNOTAVAIL', 'UND_ERR_CONNECT_TIMEOUT',
+]);
+
+const sleep = (ms) => new Promise((resolve) => { setTimeout(resolve, ms); });
+
+class Transport {
+  constructor({ baseUrl, apiKey, timeout, retries, backoffBase, backoffCap, fetch }) {
+    Object.assign(this, { baseUrl, timeout, retries, backoffBase, backoffCap });
+    this.fetch = fetch;
+    this.apiKey = apiKey;
+  }
+
+  /** Send one request; resolve to {body, headers} or reject with a typed error.
+   *  `unsentOnly`: retry only failures that prove the request was not sent (see UNSENT_CODES),
+   *  for calls whose repetition would do harm once the first went through. */
+  async request(method, path, { headers = {}, json, unsentOnly = false } = {}) {
+    const init = { method, headers: { ...headers, 'X-Service-Key': this.apiKey } };
+    if (json !== undefined) {
+      init.body = jsonBody(json);
+      init.headers['Content-Type'] = 'application/json';
+    }
+    checkHeaders(headers);
+    for (let attempt = 0; ; attempt += 1) {
+      let http;
+      let text;
+      try {
+        http = await this.fetch(this.baseUrl + path,
+          { ...init, signal: AbortSignal.timeout(this.timeout) });
+        text = await http.text(); // inside the try: the answer can be cut off too
+      } catch (error) {
+        if (!isNetworkFailure(error)) throw error;
+        const sent = !UNSENT_CODES.has(failureCode(error));
+        if (attempt >= this.retries || (unsentOnly && sent)) {
+          throw new ServiceError(`network failure: ${failureCode(error) || error.name}`,
+            { maybeSent: sent, cause: error });
+        }
+        await sleep(this.backoff(attempt));
+        continue;
+      }
+      if (http.status >= 500 && attempt < this.retries && !unsentOnly) {
+        await sleep(this.backoff(attempt, retryAfter(http)));
+        continue;
+      }
+      return { body: answer(http, text), headers: http.headers };
+    }
+  }
+
+  /** Milliseconds to wait before retry number `attempt + 1`. */
+  backoff(attempt, retryAfterSeconds = null) {
+    if (retryAfterSeconds !== null) return retryAfterSeconds * 1000;
+    return Math.random() * Math.min(this.backoffCap, this.backoffBase * 2 ** attempt);
+  }
+}
+
+/** The request body as JSON text, or a ValidationError before anything is sent: NaN and the
+ *  infinities have no JSON form (JSON.stringify would quietly send null), nor have BigInt
+ *  values and circular structures. */
+function jsonBody(value) {
+  try {
+    return JSON.stringify(value, (key, member) => {
+      if (typeof member === 'number' && !Number.isFinite(member)) {
+        throw new RangeError(`${member} has no JSON form`);
+      }
+      return member;
+    });
+  } catch (error) {
+    throw new ValidationError(`request body cannot be sent as JSON: ${error.message}`);
+  }
+}
+
+/** Refuse a header fetch would refuse, without echoing it: fetch's own error quotes the value. */
+function checkHeaders(headers) {
+  for (const [name, value] of Object.entries(headers)) {
+    if (typeof value !== 'string' || !/^[\x20-\x7e]+$/.test(value)) {
+      throw new ValidationError(`${name} must be a non-empty string of printable ASCII`);
+    }
+  }
+}
+
+/** Whether fetch failed on the network (undici's TypeError with a cause, a timeout) rather than
+ *  on a mistake of the caller's, which is thrown as it is. */
+function isNetworkFailure(error) {
+  if (!(error instanceof Error)) return false;
+  if (error.name === 'TimeoutError' || error.name === 'AbortError') return true;
+  return (error instanceof TypeError && error.cause !== undefined)
+    || typeof error.code === 'string';
+}
+
+function failureCode(error) {
+  for (let cause = error; cause instanceof Error; cause = cause.cause) {
+    if (typeof cause.code === 'string') return cause.code;
+  }
+  return undefined;
+}
+
+function retryAfter(http) {
+  const value = http.headers.get('Retry-After');
+  return value && /^\d+$/.test(value) ? Number(value) : null;
+}
+
+/** The parsed answer, or the typed error its status stands for. */
+function answer(http, text) {
+  let body;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    body = null;
+  }
+  const requestId = (body && body.request_id) || http.headers.get('X-Request-Id');
+  if (http.status < 400) {
+    if (body !== null && typeof body === 'object') return body;
+    throw new ServiceError(`the service answered ${http.status} without a JSON object`,
+      { status: http.status, requestId });
+  }
+  body = body !== null && typeof body === 'object' ? body : {};
+  const message = body.error || `HTTP ${http.status}`;
+  const details = { status: http.status, requestId, body };
+  if (http.status === 401 || http.status === 403) throw new AuthenticationError(message, details);
+  if (http.status === 429) {
+    const RateError = message === QUOTA_TEXT ? QuotaExceededError : RateLimitError;
+    throw new RateError(message, { retryAfter: retryAfter(http), ...details });
+  }
+  if (http.status >= 500) throw new ServiceError(message, details);
+  if ([400, 413, 415, 422].includes(http.status)) throw new ValidationError(message, details);
+  throw new IntentGateError(message, details);
+}
+
+module.exports = { Transport };
