@@ -112,7 +112,7 @@ test('createKey, listKeys and revokeKey manage the tenant\'s API keys', async ()
   assert.equal(made.expiresAt - made.createdAt, 3600);
   const listed = (await gate.listKeys()).find((key) => key.id === made.id);
   assert.deepEqual(listed, { id: made.id, name: 'deploy-2', prefix: made.prefix,
-    createdAt: made.createdAt, expiresAt: made.expiresAt, ...pick(made, 'scopes') });
+    scopes: ['intents'], createdAt: made.createdAt, expiresAt: made.expiresAt });
   const second = new Client(service.url, { apiKey: made.apiKey });
   assert.equal((await second.usage()).email, (await gate.usage()).email);
 
