@@ -13,14 +13,16 @@ def print_markdown(results):
     for concurrency, rows in results["scenarios"].items():
         print(f"\nconcurrency {concurrency}\n")
         print(f"| route | req/s | x /{BASELINE} | p99 ms | p99 x /{BASELINE} | CPU ms per request: "
-              "workers / PostgreSQL / Redis | all CPU ms per request |")
-        print("|---|---|---|---|---|---|---|")
+              f"workers / PostgreSQL / Redis | all CPU ms per request | PostgreSQL CPU x "
+              f"/{BASELINE} | WAL bytes per request |")
+        print("|---|---|---|---|---|---|---|---|---|")
         for row in rows.values():
             used = row["cpu_ms_per_request"]
             split = " / ".join(f"{used[kind]:.2f}" for kind, _ in CPU_KINDS)
             print(f"| {row['label']} | {row['rps']:.0f} | {row['x_baseline']:.2f} | "
                   f"{row['p99_ms']:.1f} | {row['p99_x_baseline']:.2f} | {split} | "
-                  f"{used['machine']:.2f} |")
+                  f"{used['machine']:.2f} | {row['pg_cpu_x_baseline']:.2f} | "
+                  f"{row['wal_bytes_per_request']:.0f} |")
         print()
         for line in target_lines(rows) + warning_lines(rows):
             print(line)

@@ -106,6 +106,13 @@ class Workload:
         with self.app.app_context():
             return db.session.execute(text("SELECT count(*) FROM seen_responses")).scalar_one()
 
+    def wal_position(self):
+        """Bytes of WAL PostgreSQL has written so far, cluster-wide (both apps' databases live in
+        one cluster and only one scenario runs at a time, so a run's difference is its own)."""
+        with self.app.app_context():
+            return int(db.session.execute(
+                text("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")).scalar_one())
+
     def settle(self):
         """After bulk inserts: vacuum, analyze and checkpoint now, so that autovacuum and the
         checkpointer do not spend the next measurement's PostgreSQL CPU on our setup."""
