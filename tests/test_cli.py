@@ -37,6 +37,7 @@ def test_create_prints_the_credentials_once_as_json(runner, client):
     "args, message",
     [
         (["--email", "not-an-email"], "email is not a valid email address"),
+        (["--email", "jörg@example.com"], "Error: email must contain ASCII characters only"),
         (["--email", "x@example.com", "--plan", "gold"], "Invalid value for '--plan'"),
     ],
 )
