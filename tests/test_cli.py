@@ -2,6 +2,7 @@
 import json
 
 import pytest
+import time_machine
 from click.testing import CliRunner
 from flask.cli import FlaskGroup
 
@@ -241,3 +242,15 @@ def test_flask_help_leaves_out_flask_limiter(settings):
     listed = [line.split()[0] for line in result.output.split("Commands:")[1].splitlines()
               if line.strip()]
     assert {"tenants", "admin-keys", "db"} <= set(listed) and "limiter" not in listed
+
+
+def test_expires_in_counts_from_the_exact_time(runner):
+    tenant = _create(runner)
+    asked_at = 1_800_000_000.49
+    with time_machine.travel(asked_at, tick=False):
+        result = _invoke(runner, "tenants", "keys", "add", str(tenant["tenant_id"]),
+                         "--name", "brief", "--expires-in", "3")
+        assert result.exit_code == 0, result.output
+        listed = _invoke(runner, "tenants", "keys", "list", str(tenant["tenant_id"])).stdout
+    (expires_at,) = [line.split("\t")[-1] for line in listed.splitlines() if "\tbrief\t" in line]
+    assert int(expires_at) == 1_800_000_004  # never before asked_at + 3, and the next second

@@ -8,7 +8,7 @@ import secrets
 from sqlalchemy import and_, bindparam, func, literal, or_, select, update
 
 from app import crypto, database
-from app.clock import billing_period, now_seconds
+from app.clock import billing_period, expiry, now_seconds
 from app.errors import Conflict, NotFound, Unauthorized
 from app.extensions import db
 from app.tenants import audit
@@ -35,13 +35,13 @@ def _active_count(tenant_id, now):
     ).scalar_one()
 
 
-def issue(tenant_id, name=DEFAULT_NAME, expires_in=None, now=None):
+def issue(tenant_id, name=DEFAULT_NAME, expires_at=None, now=None):
     """Add a key row; return (row, plaintext key). The plaintext exists only in this answer."""
     now = now_seconds() if now is None else now
     api_key = crypto.new_api_key()
     row = ApiKey(id="ak_" + secrets.token_hex(12), tenant_id=tenant_id, name=name,
                  key_digest=crypto.key_digest(api_key), prefix=crypto.display_prefix(api_key),
-                 created_at=now, expires_at=None if expires_in is None else now + expires_in)
+                 created_at=now, expires_at=expires_at)
     db.session.add(row)
     db.session.flush()
     return row, api_key
@@ -52,7 +52,7 @@ def create_key(tenant_id, name=DEFAULT_NAME, expires_in=None):
     now = now_seconds()
     if _active_count(tenant_id, now) >= MAX_ACTIVE_KEYS:
         raise Conflict(TOO_MANY)
-    row, api_key = issue(tenant_id, name, expires_in, now)
+    row, api_key = issue(tenant_id, name, expiry(expires_in), now)
     audit.record(tenant_id, "api_key.created", key_id=row.id, prefix=row.prefix)
     log.info("api key created", extra={"tenant_id": tenant_id, "api_key_id": row.id})
     return row, api_key
@@ -105,8 +105,7 @@ def rotate(tenant_id, key_id=None):
     ).first()
     if old is None:
         raise Unauthorized("Invalid or inactive API key")
-    expires_in = None if old.expires_at is None else max(1, old.expires_at - now)
-    row, api_key = issue(tenant_id, old.name, expires_in, now)
+    row, api_key = issue(tenant_id, old.name, old.expires_at, now)
     audit.record(tenant_id, "api_key.rotated", key_id=key_id, prefix=old.prefix,
                  new_key_id=row.id, new_prefix=row.prefix)
     log.info("api key rotated", extra={"tenant_id": tenant_id, "api_key_id": row.id})
