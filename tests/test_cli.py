@@ -5,6 +5,7 @@ import pytest
 import time_machine
 from click.testing import CliRunner
 from flask.cli import FlaskGroup
+from sqlalchemy import event
 
 from app import create_app, crypto
 from app.admin.models import AdminKey
@@ -53,6 +54,29 @@ def test_duplicate_email_is_refused(runner):
     result = _invoke(runner, "tenants", "create", "--email", "DUP@example.com")
     assert result.exit_code == 1
     assert "Error: a tenant with this email already exists" in result.output
+
+
+def test_a_taken_email_or_admin_key_name_is_found_without_a_failing_statement(app, runner):
+    """PostgreSQL logs a failing statement with its parameters: a refused INSERT would put the
+    new sealed signing secret in the server's log."""
+    _create(runner, email="taken@example.com")
+    assert _invoke(runner, "admin-keys", "create", "--name", "taken").exit_code == 0
+    failures = []
+
+    def failed(context):
+        failures.append(context.statement)
+
+    with app.app_context():
+        engine = db.engine
+    event.listen(engine, "handle_error", failed)
+    try:
+        taken = _invoke(runner, "tenants", "create", "--email", "Taken@example.com")
+        again = _invoke(runner, "admin-keys", "create", "--name", "taken")
+    finally:
+        event.remove(engine, "handle_error", failed)
+    assert taken.output.strip() == "Error: a tenant with this email already exists"
+    assert again.output.strip() == "Error: an admin key with this name already exists"
+    assert failures == []
 
 
 def test_list_show_set_plan_and_usage(app, runner):
