@@ -1,9 +1,10 @@
 """The one place that turns every failure into the JSON envelope of CONTRACT.md."""
 import logging
 
-from flask import g, jsonify
+from flask import current_app, g, jsonify
 from marshmallow import ValidationError
-from sqlalchemy.exc import OperationalError, InterfaceError
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import InterfaceError, OperationalError
 from werkzeug.exceptions import HTTPException
 
 log = logging.getLogger(__name__)
@@ -118,8 +119,22 @@ def _http_error(exc):
     return error_response(error, exc.code or 500, headers=headers)
 
 
+def database_failure(exc):
+    """Log fields for a failure of the database: its kind, and the cause in the server's or
+    driver's own words (`database "x" does not exist`, `Connection refused`). Only the first
+    line: never the statement, its parameters or a DETAIL line (which quotes row values), and
+    never the password of DATABASE_URL."""
+    original = getattr(exc, "orig", None) or exc  # SQLAlchemy wraps the driver's exception
+    cause = " ".join(next((line for line in str(original).splitlines() if line.strip()),
+                          "").split())[:300]
+    password = make_url(current_app.config["SQLALCHEMY_DATABASE_URI"]).password
+    if password:
+        cause = cause.replace(password, "[redacted]")
+    return {"failure": type(exc).__name__, "cause": cause}
+
+
 def _database_unavailable(exc):
-    log.error("database unavailable: %s", type(exc).__name__)
+    log.error("database unavailable", extra=database_failure(exc))
     return error_response("service temporarily unavailable", 503, headers={"Retry-After": "1"})
 
 
