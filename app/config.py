@@ -18,6 +18,10 @@ class ConfigError(RuntimeError):
     """A setting is missing or malformed."""
 
 
+class KeyRingMismatch(ConfigError):
+    """SECRET_ENCRYPTION_KEY lacks a key that sealed secrets in the database."""
+
+
 # gunicorn's "worker failed to boot" status: a worker exiting with it stops the master instead of
 # being respawned in a loop. Any non-zero status does for the flask CLI.
 CONFIG_ERROR_EXIT_STATUS = 3
@@ -155,10 +159,12 @@ def check_redis_url(url):
     if scheme not in REDIS_SCHEMES:
         raise ConfigError("REDIS_URL must be a redis://, rediss://, redis+cluster:// or "
                           "redis+sentinel:// URL")
+    if scheme == "redis+cluster":
+        return  # its nodes are checked by redis_cluster_nodes
     if not parts.netloc:
         raise ConfigError("REDIS_URL must name a host")
-    if scheme not in ("redis", "rediss"):
-        return  # a cluster's nodes are checked below; a Sentinel URL by its client
+    if scheme == "redis+sentinel":
+        return  # the rest is the Sentinel client's to read
     try:
         parts.port  # noqa: B018 - parsing is the check
     except ValueError:
@@ -218,9 +224,16 @@ def validate(config):
         if config["DEPLOYMENT_MODE"] == "production":
             raise ConfigError("SECRET_ENCRYPTION_KEY is required in production")
     else:
+        check_key_ring(key)
+
+
+def check_key_ring(ring_text):
+    """One Fernet key, or several separated by commas: the first seals, all unseal."""
+    for position, key in enumerate(ring_text.split(","), start=1):
         try:
-            Fernet(key)
+            Fernet(key.strip())
         except ValueError:
-            raise ConfigError(
-                "SECRET_ENCRYPTION_KEY must be a Fernet key (32 url-safe base64-encoded bytes)"
-            ) from None
+            which = "" if "," not in ring_text else f": key {position} of the ring is not one"
+            raise ConfigError("SECRET_ENCRYPTION_KEY must be a Fernet key (32 url-safe "
+                              f"base64-encoded bytes), or several separated by commas{which}"
+                              ) from None

@@ -7,6 +7,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import InterfaceError, OperationalError
 from werkzeug.exceptions import HTTPException
 
+from app.config import KeyRingMismatch
+
 log = logging.getLogger(__name__)
 
 
@@ -119,7 +121,7 @@ def _http_error(exc):
     return error_response(error, exc.code or 500, headers=headers)
 
 
-def database_failure(exc):
+def database_failure(exc, url=None):
     """Log fields for a failure of the database: its kind, and the cause in the server's or
     driver's own words (`database "x" does not exist`, `Connection refused`). Only the first
     line: never the statement, its parameters or a DETAIL line (which quotes row values), and
@@ -127,7 +129,7 @@ def database_failure(exc):
     original = getattr(exc, "orig", None) or exc  # SQLAlchemy wraps the driver's exception
     cause = " ".join(next((line for line in str(original).splitlines() if line.strip()),
                           "").split())[:300]
-    password = make_url(current_app.config["SQLALCHEMY_DATABASE_URI"]).password
+    password = make_url(url or current_app.config["SQLALCHEMY_DATABASE_URI"]).password
     if password:
         cause = cause.replace(password, "[redacted]")
     return {"failure": type(exc).__name__, "cause": cause}
@@ -136,6 +138,12 @@ def database_failure(exc):
 def _database_unavailable(exc):
     log.error("database unavailable", extra=database_failure(exc))
     return error_response("service temporarily unavailable", 503, headers={"Retry-After": "1"})
+
+
+def _key_ring_mismatch(exc):
+    # The start check found the database down; the seal that found the mismatch wrote nothing.
+    log.error("secret not sealed: %s", exc)
+    return error_response("service temporarily unavailable", 503)
 
 
 def _unexpected(exc):
@@ -147,6 +155,7 @@ def init_app(app):
     app.register_error_handler(ApiError, _api_error)
     app.register_error_handler(ValidationError, _validation_error)
     app.register_error_handler(HTTPException, _http_error)
+    app.register_error_handler(KeyRingMismatch, _key_ring_mismatch)
     app.register_error_handler(OperationalError, _database_unavailable)
     app.register_error_handler(InterfaceError, _database_unavailable)
     app.register_error_handler(Exception, _unexpected)
