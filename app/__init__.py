@@ -10,6 +10,7 @@ from app import config as settings
 from app import crypto, database, errors, http, https_only, logs, metrics
 from app.context_store import taxonomy
 from app.extensions import context_store, cors, db, migrate
+from app.keyring import checks as key_checks
 from app.traffic import limits
 
 
@@ -54,6 +55,7 @@ def create_app(overrides=None):
     configure(app, overrides)
     logs.init_app(app)
     register_extensions(app)
+    key_checks.check_at_start(app.config)
     register_request_hooks(app)
     register_blueprints(app)
     errors.init_app(app)
@@ -65,8 +67,7 @@ def configure(app, overrides):
     app.config.update(settings.from_environment(app.instance_path))
     app.config.update(overrides or {})
     settings.validate(app.config)
-    if app.config["SECRET_ENCRYPTION_KEY"] is None:
-        app.config["SECRET_ENCRYPTION_KEY"] = crypto.local_encryption_key(app.instance_path)
+    crypto.use_local_key_if_unset(app.config, app.instance_path)
     app.config["SQLALCHEMY_ENGINE_OPTIONS"] = _engine_options(app.config)
     if app.config["TRUSTED_PROXY_HOPS"]:
         hops = app.config["TRUSTED_PROXY_HOPS"]
@@ -151,8 +152,10 @@ def register_blueprints(app):
 def register_commands(app):
     from app.admin.cli import admin_keys
     from app.intents.cli import intents
+    from app.keyring.cli import secrets
     from app.tenants.cli import tenants
 
     app.cli.add_command(tenants)
     app.cli.add_command(intents)
     app.cli.add_command(admin_keys)
+    app.cli.add_command(secrets)

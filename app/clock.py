@@ -1,10 +1,18 @@
 """Time in one place, so billing periods and expiries agree and tests can travel in time."""
+import math
 import time
 from datetime import datetime, timezone
 
 
 def now_seconds():
     return int(time.time())
+
+
+def expiry(expires_in):
+    """The Unix second from which something asked to last `expires_in` seconds stops: counted
+    from the exact time (not the truncated second, which cut up to a second off) and rounded
+    up, so it never stops before the time asked. None when there is no expiry."""
+    return None if expires_in is None else math.ceil(time.time() + expires_in)
 
 
 def utcnow():

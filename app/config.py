@@ -6,14 +6,20 @@ so a misconfigured worker never comes up half-working.
 import os
 import sys
 from contextlib import contextmanager
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from cryptography.fernet import Fernet
 from limits import parse as parse_rate_limit
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 
 class ConfigError(RuntimeError):
     """A setting is missing or malformed."""
+
+
+class KeyRingMismatch(ConfigError):
+    """SECRET_ENCRYPTION_KEY lacks a key that sealed secrets in the database."""
 
 
 # gunicorn's "worker failed to boot" status: a worker exiting with it stops the master instead of
@@ -126,6 +132,51 @@ def normalize_database_url(url):
     return url
 
 
+# The dialects and drivers the service is built and tested for (psycopg2: see above).
+DATABASE_DRIVERS = {"sqlite": ("", "pysqlite"), "postgresql": ("psycopg2",)}
+
+
+def check_database_url(url):
+    problem = ConfigError("DATABASE_URL must be a sqlite:// or postgresql:// URL")
+    dialect, _, driver = urlsplit(url).scheme.lower().partition("+")
+    if driver not in DATABASE_DRIVERS.get(dialect, ()):
+        raise problem
+    try:
+        make_url(url).port  # noqa: B018 - parsing is the check; a port must be a number
+    except (ArgumentError, ValueError):
+        # Not the URL itself in the message: it may hold a password.
+        raise ConfigError("DATABASE_URL is not a valid URL (check its host, port and "
+                          "percent-encoding)") from None
+
+
+REDIS_SCHEMES = ("redis", "rediss", "redis+cluster", "redis+sentinel")
+
+
+def check_redis_url(url):
+    """Refuse what redis-py would ignore or fail on later (`/abc` was quietly database 0)."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in REDIS_SCHEMES:
+        raise ConfigError("REDIS_URL must be a redis://, rediss://, redis+cluster:// or "
+                          "redis+sentinel:// URL")
+    if scheme == "redis+cluster":
+        return  # its nodes are checked by redis_cluster_nodes
+    if not parts.netloc:
+        raise ConfigError("REDIS_URL must name a host")
+    if scheme == "redis+sentinel":
+        return  # the rest is the Sentinel client's to read
+    try:
+        parts.port  # noqa: B018 - parsing is the check
+    except ValueError:
+        raise ConfigError("REDIS_URL's port must be a number between 0 and 65535") from None
+    index = parts.path.strip("/")
+    queried = parse_qs(parts.query).get("db")
+    if queried:
+        index = queried[0]
+    if index and not (index.isascii() and index.isdigit()):
+        raise ConfigError(f"REDIS_URL's database index must be a number, got {index!r}")
+
+
 REDIS_CLUSTER_SCHEME = "redis+cluster://"
 
 
@@ -155,13 +206,12 @@ def validate(config):
         config["REQUIRE_TLS"] = config["DEPLOYMENT_MODE"] == "production"
     if config["RATE_LIMIT_STORE_FAILURE"] not in ("closed", "open"):
         raise ConfigError("RATE_LIMIT_STORE_FAILURE must be 'closed' or 'open'")
-    scheme = urlsplit(config["SQLALCHEMY_DATABASE_URI"]).scheme
-    if not scheme.startswith(("sqlite", "postgresql")):
-        raise ConfigError("DATABASE_URL must be a sqlite:// or postgresql:// URL")
-    for name in ("REDIS_URL", "CONTEXT_STORE_URL"):
-        url = config[name]
-        if url is not None and not urlsplit(url).scheme:
-            raise ConfigError(f"{name} must be an absolute URL")
+    check_database_url(config["SQLALCHEMY_DATABASE_URI"])
+    if config["REDIS_URL"] is not None:
+        check_redis_url(config["REDIS_URL"])
+    url = config["CONTEXT_STORE_URL"]
+    if url is not None and not urlsplit(url).scheme:
+        raise ConfigError("CONTEXT_STORE_URL must be an absolute URL")
     config["REDIS_CLUSTER_NODES"] = redis_cluster_nodes(config["REDIS_URL"])
     if not 0 < config["CONTEXT_STORE_DEADLINE"] < 30:  # SPEC.md's request timeout
         raise ConfigError("CONTEXT_STORE_DEADLINE must be more than 0 and less than 30 seconds")
@@ -174,9 +224,16 @@ def validate(config):
         if config["DEPLOYMENT_MODE"] == "production":
             raise ConfigError("SECRET_ENCRYPTION_KEY is required in production")
     else:
+        check_key_ring(key)
+
+
+def check_key_ring(ring_text):
+    """One Fernet key, or several separated by commas: the first seals, all unseal."""
+    for position, key in enumerate(ring_text.split(","), start=1):
         try:
-            Fernet(key)
+            Fernet(key.strip())
         except ValueError:
-            raise ConfigError(
-                "SECRET_ENCRYPTION_KEY must be a Fernet key (32 url-safe base64-encoded bytes)"
-            ) from None
+            which = "" if "," not in ring_text else f": key {position} of the ring is not one"
+            raise ConfigError("SECRET_ENCRYPTION_KEY must be a Fernet key (32 url-safe "
+                              f"base64-encoded bytes), or several separated by commas{which}"
+                              ) from None

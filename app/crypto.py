@@ -9,6 +9,8 @@ from functools import lru_cache
 from cryptography.fernet import Fernet, InvalidToken
 from flask import current_app
 
+from app.keyring import checks, ring
+
 API_KEY_PREFIX = "key_live_"
 SIGNING_SECRET_PREFIX = "sig_live_"
 DISPLAY_PREFIX_LENGTH = len(API_KEY_PREFIX) + 6
@@ -35,26 +37,56 @@ def digests_match(expected, actual):
     return hmac.compare_digest(expected.encode("ascii"), actual.encode("ascii"))
 
 
-def _fernet():
-    return Fernet(current_app.config["SECRET_ENCRYPTION_KEY"])
+class SealedSecretError(RuntimeError):
+    """A stored secret that no key of SECRET_ENCRYPTION_KEY unseals."""
 
 
 def seal(secret):
-    return _fernet().encrypt(secret.encode("utf-8")).decode("ascii")
+    """Seal a secret to be stored, with the ring's first key, which the database records."""
+    checks.record_sealing_key()
+    return ring.multi_fernet(_ring_text()).encrypt(secret.encode("utf-8")).decode("ascii")
 
 
 def unseal(sealed):
-    return _unseal(current_app.config["SECRET_ENCRYPTION_KEY"], sealed)
+    return _unseal(_ring_text(), sealed)
 
 
 @lru_cache(maxsize=4096)
-def _unseal(encryption_key, sealed):
+def _unseal(ring_text, sealed):
     # Keyed by the ciphertext: a rotated secret has a new ciphertext, so nothing stale is served.
     # Decrypting costs more than the verify's database round trip, hence the cache.
     try:
-        return Fernet(encryption_key).decrypt(sealed.encode("ascii")).decode("utf-8")
+        return ring.multi_fernet(ring_text).decrypt(sealed.encode("ascii")).decode("utf-8")
     except InvalidToken:
-        raise RuntimeError("a stored secret cannot be decrypted with SECRET_ENCRYPTION_KEY") from None
+        raise SealedSecretError(
+            "a stored secret cannot be unsealed with any key of SECRET_ENCRYPTION_KEY") from None
+
+
+def reseal(sealed):
+    """`sealed` sealed with the ring's first key instead, or None when it already is."""
+    ring_text = _ring_text()
+    token = sealed.encode("ascii")
+    try:
+        ring.fernet(ring.keys(ring_text)[0]).decrypt(token)
+        return None
+    except InvalidToken:
+        pass
+    try:
+        return ring.multi_fernet(ring_text).rotate(token).decode("ascii")
+    except InvalidToken:
+        raise SealedSecretError(
+            "a stored secret cannot be unsealed with any key of SECRET_ENCRYPTION_KEY") from None
+
+
+def _ring_text():
+    return current_app.config["SECRET_ENCRYPTION_KEY"]
+
+
+def use_local_key_if_unset(config, instance_path):
+    """Without SECRET_ENCRYPTION_KEY (embedded mode), the instance's own generated key."""
+    config["LOCAL_ENCRYPTION_KEY"] = config["SECRET_ENCRYPTION_KEY"] is None
+    if config["LOCAL_ENCRYPTION_KEY"]:
+        config["SECRET_ENCRYPTION_KEY"] = local_encryption_key(instance_path)
 
 
 def local_encryption_key(instance_path):

@@ -21,7 +21,7 @@ from flask import current_app, g
 from sqlalchemy import create_engine, event
 from sqlalchemy.dialects import postgresql, sqlite
 
-from app.errors import Unavailable
+from app.errors import Unavailable, database_failure
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +177,7 @@ def _unavailable(exc, connection):
         g.pop("_database_connection", None)
         connection.invalidate()
         database.engine.pool.dispose()
-    log.error("database unavailable", extra={"failure": type(exc).__name__})
+    log.error("database unavailable", extra=database_failure(exc))
     raise Unavailable(UNAVAILABLE_TEXT, headers={"Retry-After": "1"}) from None
 
 

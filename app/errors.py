@@ -1,10 +1,13 @@
 """The one place that turns every failure into the JSON envelope of CONTRACT.md."""
 import logging
 
-from flask import g, jsonify
+from flask import current_app, g, jsonify
 from marshmallow import ValidationError
-from sqlalchemy.exc import OperationalError, InterfaceError
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import InterfaceError, OperationalError
 from werkzeug.exceptions import HTTPException
+
+from app.config import KeyRingMismatch
 
 log = logging.getLogger(__name__)
 
@@ -118,9 +121,29 @@ def _http_error(exc):
     return error_response(error, exc.code or 500, headers=headers)
 
 
+def database_failure(exc, url=None):
+    """Log fields for a failure of the database: its kind, and the cause in the server's or
+    driver's own words (`database "x" does not exist`, `Connection refused`). Only the first
+    line: never the statement, its parameters or a DETAIL line (which quotes row values), and
+    never the password of DATABASE_URL."""
+    original = getattr(exc, "orig", None) or exc  # SQLAlchemy wraps the driver's exception
+    cause = " ".join(next((line for line in str(original).splitlines() if line.strip()),
+                          "").split())[:300]
+    password = make_url(url or current_app.config["SQLALCHEMY_DATABASE_URI"]).password
+    if password:
+        cause = cause.replace(password, "[redacted]")
+    return {"failure": type(exc).__name__, "cause": cause}
+
+
 def _database_unavailable(exc):
-    log.error("database unavailable: %s", type(exc).__name__)
+    log.error("database unavailable", extra=database_failure(exc))
     return error_response("service temporarily unavailable", 503, headers={"Retry-After": "1"})
+
+
+def _key_ring_mismatch(exc):
+    # The start check found the database down; the seal that found the mismatch wrote nothing.
+    log.error("secret not sealed: %s", exc)
+    return error_response("service temporarily unavailable", 503)
 
 
 def _unexpected(exc):
@@ -132,6 +155,7 @@ def init_app(app):
     app.register_error_handler(ApiError, _api_error)
     app.register_error_handler(ValidationError, _validation_error)
     app.register_error_handler(HTTPException, _http_error)
+    app.register_error_handler(KeyRingMismatch, _key_ring_mismatch)
     app.register_error_handler(OperationalError, _database_unavailable)
     app.register_error_handler(InterfaceError, _database_unavailable)
     app.register_error_handler(Exception, _unexpected)

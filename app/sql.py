@@ -1,8 +1,7 @@
 """The ORM session's transactions: owned by the view or CLI command, never by a service."""
 from contextlib import contextmanager
 
-from sqlalchemy.exc import IntegrityError
-
+from app import database
 from app.errors import Conflict
 from app.extensions import db
 
@@ -21,12 +20,15 @@ def unit_of_work():
         raise
 
 
-def insert_unique(instance, conflict_text):
-    """Add and flush `instance` (it gets its id), or raise 409 `conflict_text` if a unique value
-    is taken; the owner of the transaction then rolls it back."""
-    db.session.add(instance)
-    try:
-        db.session.flush()
-    except IntegrityError:
-        raise Conflict(conflict_text) from None
-    return instance
+def insert_unique(model, values, conflict_text):
+    """Insert one `model` row and return it, or raise 409 `conflict_text` when a unique value
+    is taken; the owner of the transaction then rolls it back.
+
+    ON CONFLICT DO NOTHING finds the taken value without a failing statement: PostgreSQL logs
+    a failed statement with its parameters, and these rows carry a sealed signing secret."""
+    statement = (database.current().insert(model).values(**values)
+                 .on_conflict_do_nothing().returning(model))
+    row = db.session.scalars(statement).first()
+    if row is None:
+        raise Conflict(conflict_text)
+    return row

@@ -14,6 +14,7 @@ from app.errors import BadRequest
 MAX_DEPTH = 64
 
 NOT_AN_OBJECT = "request body must be a JSON object"
+NOT_JSON = "request body is not valid JSON"
 NOT_UTF8 = "request body must be UTF-8 encoded JSON"
 TOO_DEEP = "request body is nested too deeply"
 LONE_SURROGATE = "request body strings must be valid Unicode: lone surrogates are not allowed"
@@ -71,7 +72,7 @@ def loads(raw):
     except RecursionError:  # far deeper than MAX_DEPTH: the parser gave up before we could look
         raise BadRequest(TOO_DEEP) from None
     except json.JSONDecodeError:
-        raise BadRequest(NOT_AN_OBJECT) from None
+        raise BadRequest(NOT_JSON) from None
     if _SURROGATE_ESCAPE.search(text) and _SURROGATE_ESCAPE.search(
             _BACKSLASH_OR_PAIR.sub("", text)):
         raise BadRequest(LONE_SURROGATE)

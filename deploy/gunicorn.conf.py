@@ -22,7 +22,9 @@ if os.environ.get("METRICS_ENABLED", "false").lower() == "true":
                           tempfile.mkdtemp(prefix="intentgate-metrics-"))
 
 from app import config as app_settings  # noqa: E402 (after PROMETHEUS_MULTIPROC_DIR)
+from app import crypto  # noqa: E402
 from app.context_store import taxonomy  # noqa: E402
+from app.keyring import checks as key_checks  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -35,6 +37,10 @@ def check_app_settings():
     settings = app_settings.from_environment(str(ROOT / "instance"))
     app_settings.validate(settings)
     taxonomy.load(settings["TAXONOMY_PATH"])
+    # And the database's key check: a ring that cannot unseal its secrets stops gunicorn here,
+    # with one line, rather than every worker as it boots.
+    crypto.use_local_key_if_unset(settings, str(ROOT / "instance"))
+    key_checks.check_at_start(settings)
 
 
 def _env_int(name, default, minimum=1):

@@ -5,6 +5,9 @@ from flask import current_app
 
 from alembic import context
 
+from app.config import exit_on_config_error
+from app.keyring import checks as key_checks
+
 # this is the Alembic Config object, which provides
 # access to the values within the .ini file in use.
 config = context.config
@@ -102,6 +105,11 @@ def run_migrations_online():
         if sqlite:
             connection.connection.driver_connection.execute("PRAGMA foreign_keys=OFF")
         try:
+            # Before anything changes: a ring that cannot unseal the stored secrets is refused
+            # (one line, exit status 3), whatever revision the database is at.
+            with exit_on_config_error():
+                key_checks.verify(connection, current_app.config)
+            connection.commit()
             context.configure(
                 connection=connection,
                 target_metadata=get_metadata(),
@@ -110,6 +118,11 @@ def run_migrations_online():
 
             with context.begin_transaction():
                 context.run_migrations()
+            # A database that holds secrets but no check values yet gets those of the ring's
+            # keys that sealed them (SQLite's DDL is not in a transaction alembic commits).
+            with exit_on_config_error():
+                key_checks.verify(connection, current_app.config)
+            connection.commit()
         finally:
             if sqlite:
                 connection.connection.driver_connection.execute("PRAGMA foreign_keys=ON")

@@ -3,12 +3,14 @@ TEST_REDIS_URL are set. The schema comes from the Alembic migrations, so they ar
 import os
 import subprocess
 import sys
+import uuid
 
 import pytest
 import redis
 from cryptography.fernet import Fernet
 from flask_migrate import upgrade
 from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
 
 from app import create_app
 from app.config import normalize_database_url
@@ -62,6 +64,24 @@ def migrated(base_settings):
     with app.app_context():
         upgrade()
     return True
+
+
+@pytest.fixture
+def empty_database_url(tmp_path):
+    """A database of its own (the suite's shared one is already at the newest revision)."""
+    if not TEST_DATABASE_URL:
+        yield "sqlite:///" + str(tmp_path / "migration.db")
+        return
+    name = f"migration_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(normalize_database_url(TEST_DATABASE_URL), isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(TEST_DATABASE_URL).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
 
 
 @pytest.fixture

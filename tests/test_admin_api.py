@@ -55,6 +55,9 @@ def test_create_returns_the_key_once_and_it_works(client, admin_headers):
     [
         ({}, "email is required"),
         ({"email": "nope"}, "email is not a valid email address"),
+        # format: email in the OpenAPI document: ASCII only, in the local part and the domain
+        ({"email": "jörg@example.com"}, "email must contain ASCII characters only"),
+        ({"email": "a@exämple.com"}, "email must contain ASCII characters only"),
         ({"email": "a@example.com", "plan": "gold"}, "plan must be one of: free, starter, pro, enterprise"),
         ({"email": "a@example.com", "colour": "red"}, "unknown field: colour"),
         ({"email": 5}, "email must be a string"),

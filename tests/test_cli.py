@@ -2,8 +2,10 @@
 import json
 
 import pytest
+import time_machine
 from click.testing import CliRunner
 from flask.cli import FlaskGroup
+from sqlalchemy import event
 
 from app import create_app, crypto
 from app.admin.models import AdminKey
@@ -37,6 +39,7 @@ def test_create_prints_the_credentials_once_as_json(runner, client):
     "args, message",
     [
         (["--email", "not-an-email"], "email is not a valid email address"),
+        (["--email", "jörg@example.com"], "Error: email must contain ASCII characters only"),
         (["--email", "x@example.com", "--plan", "gold"], "Invalid value for '--plan'"),
     ],
 )
@@ -51,6 +54,29 @@ def test_duplicate_email_is_refused(runner):
     result = _invoke(runner, "tenants", "create", "--email", "DUP@example.com")
     assert result.exit_code == 1
     assert "Error: a tenant with this email already exists" in result.output
+
+
+def test_a_taken_email_or_admin_key_name_is_found_without_a_failing_statement(app, runner):
+    """PostgreSQL logs a failing statement with its parameters: a refused INSERT would put the
+    new sealed signing secret in the server's log."""
+    _create(runner, email="taken@example.com")
+    assert _invoke(runner, "admin-keys", "create", "--name", "taken").exit_code == 0
+    failures = []
+
+    def failed(context):
+        failures.append(context.statement)
+
+    with app.app_context():
+        engine = db.engine
+    event.listen(engine, "handle_error", failed)
+    try:
+        taken = _invoke(runner, "tenants", "create", "--email", "Taken@example.com")
+        again = _invoke(runner, "admin-keys", "create", "--name", "taken")
+    finally:
+        event.remove(engine, "handle_error", failed)
+    assert taken.output.strip() == "Error: a tenant with this email already exists"
+    assert again.output.strip() == "Error: an admin key with this name already exists"
+    assert failures == []
 
 
 def test_list_show_set_plan_and_usage(app, runner):
@@ -240,3 +266,15 @@ def test_flask_help_leaves_out_flask_limiter(settings):
     listed = [line.split()[0] for line in result.output.split("Commands:")[1].splitlines()
               if line.strip()]
     assert {"tenants", "admin-keys", "db"} <= set(listed) and "limiter" not in listed
+
+
+def test_expires_in_counts_from_the_exact_time(runner):
+    tenant = _create(runner)
+    asked_at = 1_800_000_000.49
+    with time_machine.travel(asked_at, tick=False):
+        result = _invoke(runner, "tenants", "keys", "add", str(tenant["tenant_id"]),
+                         "--name", "brief", "--expires-in", "3")
+        assert result.exit_code == 0, result.output
+        listed = _invoke(runner, "tenants", "keys", "list", str(tenant["tenant_id"])).stdout
+    (expires_at,) = [line.split("\t")[-1] for line in listed.splitlines() if "\tbrief\t" in line]
+    assert int(expires_at) == 1_800_000_004  # never before asked_at + 3, and the next second

@@ -9,12 +9,13 @@ from sqlalchemy import inspect, text
 from app import create_app, crypto
 from app.extensions import db
 from tests.support import Credentials, scale_response
-from tests.test_migrations import _old_tenant, empty_database_url  # noqa: F401 - a fixture
+from tests.test_migrations import _old_tenant
 
 # Tables every shard needs whole: looked up before the tenant is known (an API key by its
 # digest), or not a tenant's at all. rate_buckets is the embedded setup's token bucket (Redis
 # holds it in any deployment that distributes).
-REFERENCE_TABLES = {"tenants", "admin_keys", "api_keys", "rate_buckets", "alembic_version"}
+REFERENCE_TABLES = {"tenants", "admin_keys", "api_keys", "rate_buckets", "secret_key_checks",
+                    "alembic_version"}
 OWNER_COLUMNS = {"owner", "tenant_id"}
 BEFORE_OWNER_KEYS = "e5f9a3b72c48"
 

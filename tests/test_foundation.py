@@ -2,9 +2,11 @@
 import json
 
 import pytest
+from sqlalchemy.engine import make_url
 
-from app import create_app
+from app import config, create_app
 from app.config import ConfigError
+from tests.conftest import TEST_DATABASE_URL
 from tests.support import assert_envelope
 
 
@@ -24,6 +26,17 @@ def test_default_config_is_not_testing(monkeypatch, tmp_path):
         ("CLOCK_SKEW_SECONDS", "soon", "CLOCK_SKEW_SECONDS must be an integer"),
         ("MULTI_TENANCY", "maybe", "MULTI_TENANCY must be true or false"),
         ("DATABASE_URL", "mysql://x/y", "DATABASE_URL must be a sqlite:// or postgresql:// URL"),
+        ("DATABASE_URL", "postgresqlx://x/y", "DATABASE_URL must be a sqlite:// or postgresql://"),
+        ("DATABASE_URL", "postgresql+asyncpg://x/y", "DATABASE_URL must be a sqlite:// or "),
+        ("DATABASE_URL", "postgresql://me:pw@db:port/x", "DATABASE_URL is not a valid URL"),
+        ("REDIS_URL", "redis://127.0.0.1:6379/abc",
+         "REDIS_URL's database index must be a number, got 'abc'"),
+        ("REDIS_URL", "redis://127.0.0.1:6379?db=x", "REDIS_URL's database index must be a number"),
+        ("REDIS_URL", "redis://127.0.0.1:redis/0", "REDIS_URL's port must be a number"),
+        ("REDIS_URL", "http://127.0.0.1:6379/0", r"REDIS_URL must be a redis://, rediss://, "
+                                                 r"redis\+cluster:// or redis\+sentinel:// URL"),
+        ("REDIS_URL", "127.0.0.1:6379", "REDIS_URL must be a redis://"),
+        ("REDIS_URL", "redis:///0", "REDIS_URL must name a host"),
         ("SECRET_ENCRYPTION_KEY", "not-a-key", "SECRET_ENCRYPTION_KEY must be a Fernet key"),
         ("RATE_LIMIT_CAPACITY", "0", "RATE_LIMIT_CAPACITY must be between 1"),
         ("AUTH_FAILURE_LIMIT", "lots", "AUTH_FAILURE_LIMIT must look like '20 per minute'"),
@@ -34,6 +47,22 @@ def test_bad_settings_fail_fast(monkeypatch, name, value, message):
     monkeypatch.setenv(name, value)
     with pytest.raises(ConfigError, match=message):
         create_app()
+
+
+def test_a_bad_database_url_is_refused_without_its_password(monkeypatch):
+    monkeypatch.setenv("DATABASE_URL", "postgresql://me:hunter2-secret@db:port/x")
+    with pytest.raises(ConfigError) as refused:
+        create_app()
+    assert "hunter2-secret" not in str(refused.value)
+
+
+@pytest.mark.parametrize("url", ["redis://127.0.0.1:6379", "redis://127.0.0.1:6379/",
+                                 "rediss://:pw@cache.internal:6380/15", "redis://h:1?db=3",
+                                 "redis+cluster://a:7000,b:7001",
+                                 "redis+sentinel://s1:26379,s2:26379/primary/0"])
+def test_every_redis_url_form_the_contract_names_is_accepted(monkeypatch, tmp_path, url):
+    monkeypatch.setenv("REDIS_URL", url)
+    config.validate(config.from_environment(str(tmp_path)))
 
 
 def test_production_requires_an_encryption_key(monkeypatch):
@@ -60,6 +89,26 @@ def test_health_is_503_when_the_database_is_gone(settings, migrated, tmp_path):
     body = assert_envelope(response, 503, "service unavailable")
     assert body["status"] == "unavailable"
     assert body["checks"]["database"] == "unavailable"
+
+
+def test_a_database_failure_is_logged_with_its_cause_and_never_the_password(settings, migrated,
+                                                                            tmp_path, capfd):
+    if TEST_DATABASE_URL:
+        settings["SQLALCHEMY_DATABASE_URI"] = make_url(TEST_DATABASE_URL).set(
+            database="no_such_database", password="hunter2-secret").render_as_string(False)
+        cause = 'database "no_such_database" does not exist'
+    else:
+        (tmp_path / "a-directory").mkdir()
+        settings["SQLALCHEMY_DATABASE_URI"] = "sqlite:///" + str(tmp_path / "a-directory")
+        cause = "unable to open database file"
+    app = create_app(settings)
+    capfd.readouterr()
+    assert app.test_client().get("/health").status_code == 503
+    err = capfd.readouterr().err
+    (line,) = [json.loads(line) for line in err.splitlines()
+               if line.startswith("{") and "database unavailable" in line]
+    assert line["failure"] == "OperationalError" and cause in line["cause"], line
+    assert "hunter2-secret" not in err
 
 
 def test_caller_request_id_is_echoed_and_bad_ones_replaced(client):

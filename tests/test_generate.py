@@ -92,7 +92,7 @@ def test_token_edges_are_accepted(client, tenant):
 
 @pytest.mark.parametrize("data, content_type, error", [
     ("[1, 2]", "application/json", "request body must be a JSON object"),
-    ("{broken", "application/json", "request body must be a JSON object"),
+    ("{broken", "application/json", "request body is not valid JSON"),
     ('{"user_token": "x"}', "text/plain", "Content-Type must be application/json"),
     ('{"user_token": "x"}', "application/merge-patch+json",
      "Content-Type must be application/json"),

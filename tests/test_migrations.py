@@ -1,42 +1,20 @@
 """Migrations carry data over: a database made by the previous schema keeps working."""
 import base64
 import hashlib
-import uuid
 
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from flask_migrate import downgrade, upgrade
-from sqlalchemy import create_engine, inspect, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import inspect, text
 
 from app import create_app, crypto
 from app.clock import billing_period
-from app.config import normalize_database_url
 from app.extensions import db
-from app.sql import unit_of_work
-from app.tenants import service as tenant_service
-from tests.conftest import TEST_DATABASE_URL
+from app.keyring import ring
+from tests.conftest import ENCRYPTION_KEY, TEST_DATABASE_URL
 
 BEFORE_API_KEYS = "3b7c1d2e4f60"  # the revision before api_keys became their own table
-
-
-@pytest.fixture
-def empty_database_url(tmp_path):
-    """A database of its own (the suite's shared one is already at the newest revision)."""
-    if not TEST_DATABASE_URL:
-        yield "sqlite:///" + str(tmp_path / "migration.db")
-        return
-    name = f"migration_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(normalize_database_url(TEST_DATABASE_URL), isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield make_url(TEST_DATABASE_URL).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 def test_a_key_made_before_the_upgrade_works_after_it(base_settings, empty_database_url,
@@ -209,4 +187,33 @@ def test_keys_made_before_scopes_keep_every_scope_and_duplicate_public_keys_go(
         db.session.remove()
         db.engine.dispose()
     assert client.get("/v1/tenant/usage", headers=headers).status_code == 200
+    app.extensions["database"].engine.dispose()
+
+
+BEFORE_KEY_CHECKS = "a7c1e3f5b209"
+
+
+def test_the_upgrade_records_the_key_that_sealed_the_secrets_and_downgrades(base_settings,
+                                                                            empty_database_url):
+    app = create_app({**base_settings, "SQLALCHEMY_DATABASE_URI": empty_database_url})
+
+    def check_values():
+        return db.session.execute(text("SELECT check_value FROM secret_key_checks")
+                                  ).scalars().all()
+
+    with app.app_context():
+        upgrade(revision=BEFORE_KEY_CHECKS)
+        _old_tenant("before@example.com")
+        db.session.commit()
+        upgrade()
+        assert check_values() == [ring.check_value(ENCRYPTION_KEY)]
+        db.session.remove()
+        downgrade(revision=BEFORE_KEY_CHECKS)
+        assert not inspect(db.engine).has_table("secret_key_checks")
+        assert db.session.execute(text("SELECT count(*) FROM tenants")).scalar_one() == 1
+        db.session.remove()
+        upgrade()
+        assert check_values() == [ring.check_value(ENCRYPTION_KEY)]
+        db.session.remove()
+        db.engine.dispose()
     app.extensions["database"].engine.dispose()

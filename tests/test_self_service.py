@@ -73,6 +73,28 @@ def test_an_expired_key_is_refused_like_a_wrong_one(client, tenant):
         assert names == ["default"]
 
 
+def test_a_key_lasts_the_seconds_asked_counted_from_the_exact_time(client, tenant):
+    # Asked at T0 + 0.49 s for 3 s: the key works at T0 + 3.4 s (from the truncated second it
+    # stopped at T0 + 3, 2.51 s after it was made) and stops at the next whole second.
+    with time_machine.travel(T0 + 0.49, tick=False):
+        created = _create_key(client, tenant.headers, name="brief", expires_in=3).get_json()
+    assert created["expires_at"] == T0 + 4
+    with time_machine.travel(T0 + 3.4, tick=False):
+        assert _usage(client, created["api_key"]).status_code == 200
+    with time_machine.travel(T0 + 4, tick=False):
+        assert_envelope(_usage(client, created["api_key"]), 401, "Invalid or inactive API key")
+
+
+def test_a_rotated_key_keeps_the_expiry_of_the_key_it_replaces(client, tenant):
+    with time_machine.travel(T0 + 0.49, tick=False):
+        created = _create_key(client, tenant.headers, name="brief", expires_in=60).get_json()
+    with time_machine.travel(T0 + 10.8, tick=False):
+        rotated = client.post("/v1/tenant/rotate-key", headers={"X-Service-Key": created["api_key"]})
+        assert rotated.status_code == 200
+        listed = client.get("/v1/tenant/keys", headers=tenant.headers).get_json()["keys"]
+    assert [key["expires_at"] for key in listed if key["name"] == "brief"] == [T0 + 61]
+
+
 @pytest.mark.parametrize("body, error", [
     ({}, "name is required"),
     ({"name": ""}, "name must be 1 to 100 characters"),

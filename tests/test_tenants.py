@@ -98,7 +98,7 @@ def test_rotation_stores_only_a_digest(client, tenant):
 def test_rotation_accepts_an_empty_json_body_but_not_garbage(client, tenant):
     response = client.post("/v1/tenant/rotate-key", headers=tenant.headers, data="[1,",
                            content_type="application/json")
-    assert_envelope(response, 400, "request body must be a JSON object")
+    assert_envelope(response, 400, "request body is not valid JSON")
 
 
 @pytest.mark.parametrize("body", [{"x": 1}, {"new_key": "key_live_" + "0" * 48}])

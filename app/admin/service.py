@@ -42,14 +42,13 @@ def create_admin_key(name):
     name = _checked_name(name)
     api_key = crypto.new_api_key()
     signing_secret = crypto.new_signing_secret()
-    admin_key = AdminKey(
-        name=name,
-        key_digest=crypto.key_digest(api_key),
-        key_prefix=crypto.display_prefix(api_key),
-        signing_secret_sealed=crypto.seal(signing_secret),
-        active=True,
-    )
-    insert_unique(admin_key, "an admin key with this name already exists")
+    admin_key = insert_unique(AdminKey, {
+        "name": name,
+        "key_digest": crypto.key_digest(api_key),
+        "key_prefix": crypto.display_prefix(api_key),
+        "signing_secret_sealed": crypto.seal(signing_secret),
+        "active": True,
+    }, "an admin key with this name already exists")
     log.info("admin key created", extra={"admin_key_id": admin_key.id})
     return IssuedAdminKey(admin_key, api_key, signing_secret)
 

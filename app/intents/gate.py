@@ -10,6 +10,7 @@ UPDATE consumes an intent at most once however many workers race for it, the see
 catches a replayed match_id, and the usage upsert never passes the plan limit.
 """
 import json
+import logging
 
 from flask import current_app
 from intentgate.signing import MAX_SAFE_INTEGER
@@ -17,11 +18,14 @@ from sqlalchemy import and_, bindparam, case, exists, literal, not_, select, tru
 
 from app import crypto, database
 from app.clock import billing_period, now_seconds, utc_day
+from app.errors import Unavailable
 from app.intents import reasons
 from app.intents.models import Intent, SeenResponse
 from app.intents.signature import canonical_json, ed25519_matches, matches, signing_message
 from app.tenants import metering
 from app.tenants.plans import monthly_limit
+
+log = logging.getLogger(__name__)
 
 
 def result(cleared, reason, payload):
@@ -212,8 +216,16 @@ def _schemes(principal, now):
 
 def _signing_secrets(principal, now):
     account = principal.account
-    secrets = [crypto.unseal(account.signing_secret_sealed)]
-    previous = getattr(account, "previous_signing_secret_sealed", None)
-    if previous and (account.previous_signing_secret_expires_at or 0) >= now:
-        secrets.append(crypto.unseal(previous))
+    try:
+        secrets = [crypto.unseal(account.signing_secret_sealed)]
+        previous = getattr(account, "previous_signing_secret_sealed", None)
+        if previous and (account.previous_signing_secret_expires_at or 0) >= now:
+            secrets.append(crypto.unseal(previous))
+    except crypto.SealedSecretError:
+        # Nothing was consumed or counted yet. The operator's to fix (add the key that sealed
+        # it to the ring, or rotate the secret), so no Retry-After.
+        whose = "tenant_id" if principal.kind == "tenant" else "admin_key_id"
+        log.error("a stored signing secret cannot be unsealed with SECRET_ENCRYPTION_KEY",
+                  extra={whose: principal.id})
+        raise Unavailable(database.UNAVAILABLE_TEXT) from None
     return secrets

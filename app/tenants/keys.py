@@ -8,7 +8,7 @@ import secrets
 from sqlalchemy import and_, bindparam, func, literal, or_, select, update
 
 from app import crypto, database
-from app.clock import billing_period, now_seconds
+from app.clock import billing_period, expiry, now_seconds
 from app.errors import Conflict, NotFound, Unauthorized
 from app.extensions import db
 from app.tenants import audit, scopes as key_scopes
@@ -35,15 +35,14 @@ def _active_count(tenant_id, now):
     ).scalar_one()
 
 
-def issue(tenant_id, scopes, name=DEFAULT_NAME, expires_in=None, now=None):
+def issue(tenant_id, scopes, name=DEFAULT_NAME, expires_at=None, now=None):
     """Add a key row holding `scopes`; return (row, plaintext key). The plaintext exists only in
     this answer."""
     now = now_seconds() if now is None else now
     api_key = crypto.new_api_key()
     row = ApiKey(id="ak_" + secrets.token_hex(12), tenant_id=tenant_id, name=name,
                  key_digest=crypto.key_digest(api_key), prefix=crypto.display_prefix(api_key),
-                 scopes=key_scopes.stored(scopes),
-                 created_at=now, expires_at=None if expires_in is None else now + expires_in)
+                 scopes=key_scopes.stored(scopes), created_at=now, expires_at=expires_at)
     db.session.add(row)
     db.session.flush()
     return row, api_key
@@ -58,7 +57,7 @@ def create_key(tenant_id, name=DEFAULT_NAME, expires_in=None, scopes=None, grant
     now = now_seconds()
     if _active_count(tenant_id, now) >= MAX_ACTIVE_KEYS:
         raise Conflict(TOO_MANY)
-    row, api_key = issue(tenant_id, scopes, name, expires_in, now)
+    row, api_key = issue(tenant_id, scopes, name, expiry(expires_in), now)
     audit.record(tenant_id, "api_key.created", key_id=row.id, prefix=row.prefix,
                  scopes=key_scopes.listed(row.scopes))
     log.info("api key created", extra={"tenant_id": tenant_id, "api_key_id": row.id})
@@ -113,9 +112,8 @@ def rotate(tenant_id, key_id=None):
     ).first()
     if old is None:
         raise Unauthorized("Invalid or inactive API key")
-    expires_in = None if old.expires_at is None else max(1, old.expires_at - now)
     # The new key does what the old one did: rotation neither widens nor narrows a key.
-    row, api_key = issue(tenant_id, key_scopes.held(old.scopes), old.name, expires_in, now)
+    row, api_key = issue(tenant_id, key_scopes.held(old.scopes), old.name, old.expires_at, now)
     audit.record(tenant_id, "api_key.rotated", key_id=key_id, prefix=old.prefix,
                  new_key_id=row.id, new_prefix=row.prefix, scopes=key_scopes.listed(row.scopes))
     log.info("api key rotated", extra={"tenant_id": tenant_id, "api_key_id": row.id})

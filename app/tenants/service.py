@@ -29,14 +29,13 @@ class Provisioned:
 
 def create_tenant(email, plan):
     signing_secret = crypto.new_signing_secret()
-    tenant = Tenant(
-        email=email.lower(),
-        plan=plan,
-        active=True,
-        signing_secret_sealed=crypto.seal(signing_secret),
-        signature_scheme="bound",
-    )
-    insert_unique(tenant, "a tenant with this email already exists")
+    tenant = insert_unique(Tenant, {
+        "email": email.lower(),
+        "plan": plan,
+        "active": True,
+        "signing_secret_sealed": crypto.seal(signing_secret),
+        "signature_scheme": "bound",
+    }, "a tenant with this email already exists")
     # A tenant's first key holds every scope: it is how the tenant makes narrower ones.
     key, api_key = keys.issue(tenant.id, scopes.ALL)
     audit.record(tenant.id, "tenant.created", plan=plan, key_id=key.id, prefix=key.prefix,

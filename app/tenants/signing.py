@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa, x
 from nacl.bindings import crypto_core_ed25519_is_valid_point
 from sqlalchemy import func, or_, select
 
-from app.clock import now_seconds
+from app.clock import expiry, now_seconds
 from app.errors import BadRequest, Conflict, NotFound
 from app.extensions import db
 from app.tenants import audit
@@ -113,7 +113,7 @@ def add_signing_key(tenant_id, public_key, name=None, expires_in=None):
         raise Conflict(TOO_MANY)
     key = SigningKey(tenant_id=tenant_id, id="sk_" + secrets.token_hex(12), name=name,
                      public_key=raw_base64, created_at=now,
-                     expires_at=None if expires_in is None else now + expires_in)
+                     expires_at=expiry(expires_in))
     db.session.add(key)
     db.session.flush()
     audit.record(tenant_id, "signing_key.added", key_id=key.id)

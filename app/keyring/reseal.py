@@ -1,0 +1,81 @@
+"""Re-seal every stored secret with the ring's first key, one batch of rows per transaction.
+
+Safe to interrupt and to run again: a secret already sealed with the first key is left alone,
+so a second run moves only what the first did not reach. Each UPDATE matches the ciphertext it
+read, so a secret rotated meanwhile is never overwritten with its old value."""
+from dataclasses import dataclass, field
+
+from sqlalchemy import select, update
+
+from app import crypto
+from app.extensions import db
+from app.keyring import checks
+from app.sql import unit_of_work
+
+
+@dataclass
+class Tally:
+    resealed: int = 0
+    current: int = 0  # already sealed with the first key
+    changed: int = 0  # rewritten while this ran (a rotation): the next run looks again
+    unsealable: list = field(default_factory=list)  # (table, id, column): no key unseals it
+    stopped: bool = False  # by max_batches, before the end
+
+    @property
+    def complete(self):
+        return not (self.unsealable or self.changed or self.stopped)
+
+
+def run(batch_size, max_batches, report):
+    """Re-seal everything, calling `report(table, first_id, last_id, tally)` after each batch
+    is committed; stop after `max_batches` batches that re-sealed something (None: never).
+    When every secret is sealed with the first key, the database records only that key."""
+    tally, busy_batches = Tally(), 0
+    for model, columns in checks.SEALED_COLUMNS:
+        after_id = 0
+        while True:
+            resealed_before = tally.resealed
+            with unit_of_work():  # a transaction per batch: locks held briefly, progress kept
+                last_id = _reseal_batch(model, columns, after_id, batch_size, tally)
+            if last_id is None:
+                break
+            report(model.__tablename__, after_id + 1, last_id, tally)
+            after_id = last_id
+            busy_batches += tally.resealed > resealed_before
+            if max_batches is not None and busy_batches >= max_batches:
+                tally.stopped = True
+                return tally
+    if tally.complete:
+        with unit_of_work():
+            checks.keep_only_sealing_key()
+    return tally
+
+
+def _reseal_batch(model, columns, after_id, batch_size, tally):
+    """Re-seal the secrets of up to `batch_size` rows with ids after `after_id`; return the
+    last id read, or None when there is none."""
+    rows = db.session.execute(
+        select(model.id, *(getattr(model, column) for column in columns))
+        .where(model.id > after_id).order_by(model.id).limit(batch_size)
+    ).all()
+    for row in rows:
+        for column in columns:
+            sealed = getattr(row, column)
+            if sealed is None:
+                continue
+            try:
+                resealed = crypto.reseal(sealed)
+            except crypto.SealedSecretError:
+                tally.unsealable.append((model.__tablename__, row.id, column))
+                continue
+            if resealed is None:
+                tally.current += 1
+                continue
+            written = db.session.execute(
+                update(model).where(model.id == row.id, getattr(model, column) == sealed)
+                .values({column: resealed}).execution_options(synchronize_session=False))
+            if written.rowcount == 1:
+                tally.resealed += 1
+            else:
+                tally.changed += 1
+    return rows[-1].id if rows else None

@@ -1,0 +1,332 @@
+"""SECRET_ENCRYPTION_KEY as a key ring (CONTRACT.md, Operating safely): the first key seals,
+every key unseals, the database records which keys sealed its secrets, `flask secrets reseal`
+moves them all to the first key, and a process whose ring cannot unseal them does not start."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from cryptography.fernet import Fernet, InvalidToken
+from flask_migrate import upgrade
+from sqlalchemy import text
+
+from app import create_app, crypto
+from app.config import KeyRingMismatch
+from app.extensions import db
+from app.keyring import ring
+from app.sql import unit_of_work
+from app.tenants import service as tenant_service
+from tests.servers import ROOT, free_port
+from tests.support import Credentials, assert_envelope, scale_response
+
+KEY_A, KEY_B, KEY_C = (Fernet.generate_key().decode() for _ in range(3))
+MISMATCH = "SECRET_ENCRYPTION_KEY cannot unseal the secrets in this database"
+BEFORE_KEY_CHECKS = "a7c1e3f5b209"
+
+
+@pytest.fixture
+def ring_app(base_settings, empty_database_url, leak_watch):
+    """ring_app(ring_text): the app on a database of its own, migrated with KEY_A."""
+    apps = []
+
+    def make(ring_text):
+        app = create_app({**base_settings, "SQLALCHEMY_DATABASE_URI": empty_database_url,
+                          "SECRET_ENCRYPTION_KEY": ring_text, "REDIS_URL": None})
+        apps.append(app)
+        leak_watch.watch(app)
+        return app
+
+    with make(KEY_A).app_context():
+        upgrade()
+    yield make
+    leak_watch.close()
+    leaked = leak_watch.leaks_in(leak_watch.buffer.getvalue())
+    for app in apps:
+        with app.app_context():
+            db.session.remove()
+            db.engine.dispose()
+        app.extensions["database"].engine.dispose()
+    assert leaked == [], f"secrets found in the logs: {leaked}"
+
+
+def _provision(app, leak_watch, email, grace_seconds=0):
+    with app.app_context(), unit_of_work():
+        provisioned = tenant_service.create_tenant(email, "pro")
+    secret = provisioned.signing_secret
+    if grace_seconds:
+        with app.app_context(), unit_of_work():
+            secret, _ = tenant_service.rotate_signing_secret(email, grace_seconds)
+    leak_watch.add(provisioned.api_key, provisioned.signing_secret, secret)
+    return Credentials(provisioned.tenant.id, email, provisioned.api_key, secret)
+
+
+def _admin_key(app, leak_watch, name):
+    result = app.test_cli_runner().invoke(args=["admin-keys", "create", "--name", name, "--json"])
+    assert result.exit_code == 0, result.output
+    created = json.loads(result.stdout)
+    leak_watch.add(created["api_key"], created["signing_secret"])
+    return created
+
+
+def _verify(app, tenant):
+    client = app.test_client()
+    intent_hash = client.post("/v1/intent/generate", headers=tenant.headers,
+                              json={"user_token": "ring-user-token"}).get_json()["intent_hash"]
+    return client.post("/v1/intent/verify", headers=tenant.headers, json={
+        "original_intent_hash": intent_hash,
+        "response": scale_response(tenant.signing_secret, intent_hash)})
+
+
+def _sealed(app):
+    """Every stored sealed secret."""
+    with app.app_context():
+        rows = db.session.execute(text(
+            "SELECT signing_secret_sealed FROM tenants UNION ALL"
+            " SELECT previous_signing_secret_sealed FROM tenants"
+            " WHERE previous_signing_secret_sealed IS NOT NULL UNION ALL"
+            " SELECT signing_secret_sealed FROM admin_keys")).scalars().all()
+        db.session.remove()
+    return rows
+
+
+def _sealed_with(key, token):
+    try:
+        Fernet(key).decrypt(token.encode())
+        return True
+    except InvalidToken:
+        return False
+
+
+def _check_values(app):
+    with app.app_context():
+        values = set(db.session.execute(text("SELECT check_value FROM secret_key_checks"))
+                     .scalars())
+        db.session.remove()
+    return values
+
+
+def test_a_fresh_database_records_the_first_key_at_its_first_seal(ring_app, leak_watch):
+    app = ring_app(KEY_A)
+    assert _check_values(app) == set()  # starting wrote nothing: no secret, no key to record
+    _provision(app, leak_watch, "first@example.com")
+    assert _check_values(app) == {ring.check_value(KEY_A)}
+    stored = " ".join(_check_values(app))
+    assert KEY_A not in stored and KEY_A.rstrip("=") not in stored  # a check value, not the key
+
+
+def test_a_ring_lacking_the_key_that_sealed_the_secrets_does_not_start(ring_app, leak_watch):
+    _provision(ring_app(KEY_A), leak_watch, "sealed@example.com")
+    for wrong in (KEY_B, f"{KEY_B},{KEY_C}"):
+        with pytest.raises(KeyRingMismatch, match=MISMATCH):
+            ring_app(wrong)
+
+
+def test_a_two_key_ring_starts_unseals_the_old_key_and_seals_with_the_new(ring_app, leak_watch):
+    old = _provision(ring_app(KEY_A), leak_watch, "old@example.com")
+    app = ring_app(f"{KEY_B},{KEY_A}")
+    assert _verify(app, old).get_json()["cleared"] is True
+    new = _provision(app, leak_watch, "new@example.com")
+    assert _verify(app, new).get_json()["cleared"] is True
+    old_sealed, new_sealed = _sealed(app)
+    assert _sealed_with(KEY_A, old_sealed) and _sealed_with(KEY_B, new_sealed)
+    assert not _sealed_with(KEY_A, new_sealed)
+    # Both keys sealed secrets here, so a ring without either is refused.
+    assert _check_values(app) == {ring.check_value(KEY_A), ring.check_value(KEY_B)}
+    for partial in (KEY_A, KEY_B):
+        with pytest.raises(KeyRingMismatch, match=MISMATCH):
+            ring_app(partial)
+
+
+def test_reseal_moves_every_secret_and_an_interrupted_run_resumes(ring_app, leak_watch):
+    app_a = ring_app(KEY_A)
+    tenants = [_provision(app_a, leak_watch, f"t{index}@example.com") for index in range(4)]
+    tenants.append(_provision(app_a, leak_watch, "graced@example.com", grace_seconds=3600))
+    admin = _admin_key(app_a, leak_watch, "internal")
+    assert len(_sealed(app_a)) == 7  # five tenants, one previous secret, one admin key
+
+    app = ring_app(f"{KEY_B},{KEY_A}")
+    runner = app.test_cli_runner()
+    first = runner.invoke(args=["secrets", "reseal", "--batch-size", "2", "--max-batches", "1"])
+    assert first.exit_code == 0, first.output
+    assert first.output.splitlines() == ["tenants 1-2: 2 re-sealed, 0 already sealed with the "
+                                         "first key",
+                                         "stopped after 1 batches: run again to continue"]
+    moved = [token for token in _sealed(app) if _sealed_with(KEY_B, token)]
+    assert len(moved) == 2
+    # Interrupted: the old key still sealed secrets here, so it must stay in the ring.
+    with pytest.raises(KeyRingMismatch, match=MISMATCH):
+        ring_app(KEY_B)
+
+    second = runner.invoke(args=["secrets", "reseal", "--batch-size", "2"])
+    assert second.exit_code == 0, second.output
+    assert second.output.splitlines() == [
+        "tenants 1-2: 0 re-sealed, 2 already sealed with the first key",
+        "tenants 3-4: 2 re-sealed, 2 already sealed with the first key",
+        "tenants 5-5: 4 re-sealed, 2 already sealed with the first key",
+        "admin_keys 1-1: 5 re-sealed, 2 already sealed with the first key",
+        "done: 5 re-sealed, 2 already sealed with the first key; the database now records the "
+        "first key only",
+    ]
+    assert all(_sealed_with(KEY_B, token) and not _sealed_with(KEY_A, token)
+               for token in _sealed(app))
+    assert _check_values(app) == {ring.check_value(KEY_B)}
+
+    again = runner.invoke(args=["secrets", "reseal"])
+    assert again.exit_code == 0 and again.output.endswith(
+        "done: 0 re-sealed, 7 already sealed with the first key; the database now records the "
+        "first key only\n")
+
+    # The old key is gone from the ring; every secret, the previous one included, still works.
+    app_b = ring_app(KEY_B)
+    for tenant in tenants:
+        assert _verify(app_b, tenant).get_json()["cleared"] is True
+    graced = tenants[-1]
+    with app_b.app_context():
+        row = tenant_service.find_tenant(graced.email)
+        assert crypto.unseal(row.previous_signing_secret_sealed).startswith("sig_live_")
+        db.session.remove()
+    admin_credentials = Credentials(0, "", admin["api_key"], admin["signing_secret"])
+    assert _verify(app_b, admin_credentials).get_json()["cleared"] is True
+    with pytest.raises(KeyRingMismatch, match=MISMATCH):
+        ring_app(KEY_A)
+
+
+def _seal_behind_the_rings_back(app, email, key):
+    """A secret sealed with a key no ring holds, as a local-mode command wrote it before the
+    database recorded its keys."""
+    with app.app_context():
+        db.session.execute(text("UPDATE tenants SET signing_secret_sealed = :sealed"
+                                " WHERE email = :email"),
+                           {"sealed": Fernet(key).encrypt(b"sig_live_" + b"c" * 64).decode(),
+                            "email": email})
+        db.session.commit()
+        db.session.remove()
+
+
+def test_a_secret_no_key_unseals_is_a_503_naming_the_tenant(ring_app, leak_watch):
+    app = ring_app(KEY_A)
+    tenant = _provision(app, leak_watch, "broken@example.com")
+    _seal_behind_the_rings_back(app, tenant.email, KEY_C)
+    leak_watch.buffer.seek(0)
+    leak_watch.buffer.truncate()
+    response = _verify(app, tenant)
+    assert_envelope(response, 503, "service temporarily unavailable")
+    lines = [json.loads(line) for line in leak_watch.buffer.getvalue().splitlines()]
+    (logged,) = [line for line in lines if "cannot be unsealed" in line["message"]]
+    assert logged["level"] == "ERROR" and logged["tenant_id"] == tenant.tenant_id
+
+
+def test_reseal_names_a_secret_no_key_unseals_and_keeps_the_recorded_keys(ring_app, leak_watch):
+    app = ring_app(KEY_A)
+    tenant = _provision(app, leak_watch, "broken@example.com")
+    _provision(app, leak_watch, "fine@example.com")
+    _seal_behind_the_rings_back(app, tenant.email, KEY_C)
+    app = ring_app(f"{KEY_B},{KEY_A}")
+    result = app.test_cli_runner().invoke(args=["secrets", "reseal"])
+    assert result.exit_code == 1
+    assert (f"tenants {tenant.tenant_id}: signing_secret_sealed cannot be unsealed with any key "
+            "of the ring (add the key that sealed it, or rotate it)") in result.stderr
+    assert "done" not in result.stdout
+    assert _check_values(app) == {ring.check_value(KEY_A)}  # KEY_A may not leave the ring yet
+
+
+def test_a_seal_refuses_a_ring_the_start_could_not_check(base_settings, tmp_path, leak_watch):
+    """The start check found no database; by the first seal another ring's secrets are there:
+    nothing is sealed, the caller gets a 503 (HTTP) or one line and status 3 (CLI)."""
+    url = "sqlite:///" + str(tmp_path / "later.db")
+    settings = {**base_settings, "SQLALCHEMY_DATABASE_URI": url, "REDIS_URL": None}
+    early = create_app({**settings, "SECRET_ENCRYPTION_KEY": KEY_B})
+    owner = create_app({**settings, "SECRET_ENCRYPTION_KEY": KEY_A})
+    with owner.app_context():
+        upgrade()
+    _provision(owner, leak_watch, "owner@example.com")
+    admin = _admin_key(owner, leak_watch, "internal")
+    created = early.test_client().post("/v1/admin/tenants", json={"email": "x@example.com"},
+                                       headers={"X-Service-Key": admin["api_key"]})
+    assert_envelope(created, 503, "service temporarily unavailable")
+    result = early.test_cli_runner().invoke(args=["tenants", "create", "--email", "y@example.com"])
+    assert result.exit_code == 3
+    assert result.stderr.startswith(f"Configuration error: {MISMATCH}")
+    assert len(_sealed(owner)) == 2 and _check_values(owner) == {ring.check_value(KEY_A)}
+    for app in (early, owner):
+        with app.app_context():
+            db.engine.dispose()
+        app.extensions["database"].engine.dispose()
+
+
+def _sealed_environment(database_url, revision="head"):
+    """A process environment on a database migrated to `revision`, holding a tenant whose
+    secret KEY_A sealed (made by `flask` commands, as an operator would)."""
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(("GUNICORN_", "TLS_", "FLASK_", "SECRET_"))}
+    env.update(DATABASE_URL=database_url, REDIS_URL="", FLASK_APP="wsgi",
+               SECRET_ENCRYPTION_KEY=KEY_A)
+    for command in (["db", "upgrade", revision], ["tenants", "create", "--email", "a@example.com"]):
+        assert _flask(env, *command).returncode == 0
+    return env
+
+
+@pytest.fixture
+def environment(empty_database_url):
+    return _sealed_environment(empty_database_url)
+
+
+def _flask(env, *args):
+    return subprocess.run([sys.executable, "-m", "flask", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def _refused(result):
+    assert result.returncode == 3 and result.stdout == "", result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"Configuration error: {MISMATCH}")
+    assert KEY_A not in line and KEY_B not in line
+    return line
+
+
+def test_a_wrong_key_stops_every_flask_command_with_one_line(environment):
+    environment["SECRET_ENCRYPTION_KEY"] = f"{KEY_B},{KEY_C}"
+    for command in (("tenants", "list"), ("tenants", "rotate-signing-secret", "a@example.com"),
+                    ("secrets", "reseal"), ("db", "upgrade")):
+        _refused(_flask(environment, *command))
+
+
+def test_local_mode_never_seals_into_a_database_with_other_keys(environment):
+    """No SECRET_ENCRYPTION_KEY: the instance's generated key, which is not the database's."""
+    del environment["SECRET_ENCRYPTION_KEY"]
+    line = _refused(_flask(environment, "tenants", "rotate-signing-secret", "a@example.com"))
+    assert "local mode's own key (instance/secret-encryption.key)" in line
+
+
+def test_a_wrong_key_stops_the_service_with_one_line(environment):
+    environment["SECRET_ENCRYPTION_KEY"] = KEY_B
+    _refused(subprocess.run([sys.executable, "-c", "import wsgi"], cwd=ROOT, env=environment,
+                            capture_output=True, text=True, timeout=60))
+    environment.update(GUNICORN_BIND=f"127.0.0.1:{free_port()}", GUNICORN_WORKERS="1")
+    _refused(subprocess.run([sys.executable, "-m", "gunicorn", "-c", "deploy/gunicorn.conf.py",
+                             "wsgi:app"], cwd=ROOT, env=environment, capture_output=True,
+                            text=True, timeout=120))
+
+
+def test_the_right_ring_starts_every_entry_point(environment):
+    environment["SECRET_ENCRYPTION_KEY"] = f"{KEY_B},{KEY_A}"
+    for command in (("db", "upgrade"), ("tenants", "list")):
+        result = _flask(environment, *command)
+        assert result.returncode == 0, result.stderr
+    assert subprocess.run([sys.executable, "-c", "import wsgi"], cwd=ROOT, env=environment,
+                          capture_output=True, timeout=60).returncode == 0
+
+
+def test_an_upgrade_with_a_wrong_key_leaves_an_older_database_as_it_was(empty_database_url):
+    """A database from before the check values gets them from `flask db upgrade`: the keys of
+    the ring that unseal its secrets; a ring of which none does undoes the upgrade."""
+    environment = _sealed_environment(empty_database_url, BEFORE_KEY_CHECKS)
+    environment["SECRET_ENCRYPTION_KEY"] = KEY_B
+    _refused(_flask(environment, "db", "upgrade"))
+    environment["SECRET_ENCRYPTION_KEY"] = KEY_A
+    assert BEFORE_KEY_CHECKS in _flask(environment, "db", "current").stdout
+    upgraded = _flask(environment, "db", "upgrade")
+    assert upgraded.returncode == 0, upgraded.stderr
+    environment["SECRET_ENCRYPTION_KEY"] = KEY_B  # now refused at start, by the recorded value
+    _refused(_flask(environment, "db", "current"))
