@@ -2,8 +2,8 @@
 
 Every request looks the key up in the database by its SHA-256 digest: nothing is cached in the
 process, so a rotated or deactivated key is refused by every worker from the moment it changes.
-Authentication only says who calls; spending a rate-limit token is app.traffic.limits'
-`rate_limited`, stacked under `authenticate`.
+Once it knows who calls (or that nobody could be authenticated) it checks the request's rate
+limits, once: app.traffic.limits.check, the caller's bucket or the address's failure allowance.
 """
 import re
 from dataclasses import dataclass
@@ -72,12 +72,13 @@ def authenticate(kinds=("tenant", "admin"), texts=GATE_TEXTS):
             api_key = request.headers.get(KEY_HEADER)
             principal = resolve(api_key) if api_key else None
             if principal is None:
-                limits.count_failed_authentication()
+                limits.check()
                 # An empty header is present: it is an invalid key, not a missing one.
                 raise Unauthorized(texts[1] if api_key is not None else texts[0])
             if principal.kind not in kinds:
                 raise Forbidden(_wrong_kind_text(kinds))
             g.principal = principal
+            limits.check()
             return view(*args, **kwargs)
 
         return wrapper

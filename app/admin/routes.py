@@ -5,7 +5,7 @@ from app.openapi import Blueprint
 from app.schemas import Extended
 from app.sql import MAX_ID, unit_of_work
 from app.tenants import self_service, service
-from app.traffic.limits import rate_limited
+from app.traffic import limits
 from app.tenants.schemas import (
     ApiKeyCreatedSchema,
     ApiKeyCreateSchema,
@@ -32,6 +32,7 @@ from app.tenants.schemas import (
 )
 
 bp = Blueprint("admin", __name__, url_prefix="/v1/admin")
+limits.declare(bp)
 
 admin_only = authenticate(kinds=("admin",), texts=ACCOUNT_TEXTS)
 
@@ -47,7 +48,6 @@ def _describe(tenant, **extra):
 @bp.response(201, TenantCreatedSchema)
 @bp.error(409, "`a tenant with this email already exists`.")
 @admin_only
-@rate_limited
 @bp.arguments(TenantCreateSchema)
 def create_tenant(fields):
     """Provision a tenant; its API key and signing secret are shown this once"""
@@ -64,7 +64,6 @@ def create_tenant(fields):
 @bp.get("/tenants")
 @bp.response(200, TenantListSchema)
 @admin_only
-@rate_limited
 @bp.arguments(TenantListQuerySchema, location="query")
 def list_tenants(query):
     """List tenants by id, `limit` at a time"""
@@ -76,7 +75,6 @@ def list_tenants(query):
 @bp.response(200, TenantSchema)
 @bp.error(404, TENANT_NOT_FOUND)
 @admin_only
-@rate_limited
 def show_tenant(tenant_id):
     """Read a tenant and this month's usage"""
     return _describe(service.find_tenant(_tenant(tenant_id)))
@@ -87,7 +85,6 @@ def show_tenant(tenant_id):
 @bp.error(404, TENANT_NOT_FOUND)
 @bp.error(409, self_service.SCHEME_CONFLICT)
 @admin_only
-@rate_limited
 @bp.arguments(TenantUpdateSchema)
 def update_tenant(changes, tenant_id):
     """Change plan, active flag or signature scheme"""
@@ -102,7 +99,6 @@ def update_tenant(changes, tenant_id):
 @bp.response(200, ApiKeyListSchema)
 @bp.error(404, TENANT_NOT_FOUND)
 @admin_only
-@rate_limited
 def list_api_keys(tenant_id):
     """A tenant's active API keys (never a secret)"""
     return self_service.list_api_keys(_tenant(tenant_id))
@@ -113,7 +109,6 @@ def list_api_keys(tenant_id):
 @bp.error(404, TENANT_NOT_FOUND)
 @bp.error(409, self_service.KEY_CONFLICT)
 @admin_only
-@rate_limited
 @bp.arguments(ApiKeyCreateSchema)
 def create_api_key(fields, tenant_id):
     """Create an API key for a tenant; it is shown this once"""
@@ -125,7 +120,6 @@ def create_api_key(fields, tenant_id):
 @bp.error(404, TENANT_NOT_FOUND + " Or " + self_service.KEY_NOT_FOUND)
 @bp.error(409, self_service.KEY_CONFLICT)
 @admin_only
-@rate_limited
 def revoke_api_key(tenant_id, key_id):
     """Revoke a tenant's API key"""
     return self_service.revoke_api_key(_tenant(tenant_id), key_id)
@@ -135,7 +129,6 @@ def revoke_api_key(tenant_id, key_id):
 @bp.response(200, SigningKeyListSchema)
 @bp.error(404, TENANT_NOT_FOUND)
 @admin_only
-@rate_limited
 def list_signing_keys(tenant_id):
     """A tenant's Ed25519 signing keys"""
     return self_service.list_signing_keys(_tenant(tenant_id))
@@ -146,7 +139,6 @@ def list_signing_keys(tenant_id):
 @bp.error(404, TENANT_NOT_FOUND)
 @bp.error(409, self_service.SIGNING_KEY_CONFLICT)
 @admin_only
-@rate_limited
 @bp.arguments(SigningKeyCreateSchema)
 def add_signing_key(fields, tenant_id):
     """Register an Ed25519 public key for a tenant"""
@@ -158,7 +150,6 @@ def add_signing_key(fields, tenant_id):
 @bp.error(404, TENANT_NOT_FOUND + " Or `signing key not found`.")
 @bp.error(409, self_service.SIGNING_KEY_CONFLICT)
 @admin_only
-@rate_limited
 def revoke_signing_key(tenant_id, key_id):
     """Revoke a tenant's signing key"""
     return self_service.revoke_signing_key(_tenant(tenant_id), key_id)
@@ -169,7 +160,6 @@ def revoke_signing_key(tenant_id, key_id):
 @bp.error(404, TENANT_NOT_FOUND)
 @bp.error(409, self_service.SCHEME_CONFLICT)
 @admin_only
-@rate_limited
 @bp.arguments(SignatureSchemeRequestSchema)
 def set_signature_scheme(fields, tenant_id):
     """Switch a tenant's signature scheme, with a grace"""
@@ -180,7 +170,6 @@ def set_signature_scheme(fields, tenant_id):
 @bp.response(200, SigningSecretSchema)
 @bp.error(404, TENANT_NOT_FOUND)
 @admin_only
-@rate_limited
 @bp.arguments(SigningSecretRotateSchema, required=False)
 def rotate_signing_secret(fields, tenant_id):
     """Issue a new HMAC signing secret for a tenant, shown this once"""
@@ -191,7 +180,6 @@ def rotate_signing_secret(fields, tenant_id):
 @bp.response(200, AuditLogSchema)
 @bp.error(404, TENANT_NOT_FOUND)
 @admin_only
-@rate_limited
 @bp.arguments(AuditLogQuerySchema, location="query")
 def audit_log(query, tenant_id):
     """A tenant's audit log, newest first"""
@@ -202,7 +190,6 @@ def audit_log(query, tenant_id):
 @bp.response(200, DailyUsageSchema)
 @bp.error(404, TENANT_NOT_FOUND)
 @admin_only
-@rate_limited
 @bp.arguments(DailyUsageQuerySchema, location="query")
 def daily_usage(query, tenant_id):
     """A tenant's verifications per UTC day by outcome"""

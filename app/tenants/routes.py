@@ -27,9 +27,10 @@ from app.tenants.schemas import (
     SigningSecretSchema,
     UsageSchema,
 )
-from app.traffic.limits import rate_limited
+from app.traffic import limits
 
 bp = Blueprint("tenant", __name__, url_prefix="/v1/tenant")
+limits.declare(bp)
 
 ROTATED_MESSAGE = "A new API key has been issued; the previous key is now invalid."
 
@@ -43,7 +44,6 @@ class RotateKeyRequestSchema(RequestSchema):
 @bp.get("/usage")
 @bp.response(200, UsageSchema)
 @tenant_only
-@rate_limited
 def usage():
     """This month's usage against the plan"""
     principal = g.principal
@@ -53,7 +53,6 @@ def usage():
 @bp.post("/rotate-key")
 @bp.response(200, RotateKeySchema)
 @tenant_only
-@rate_limited
 @bp.arguments(RotateKeyRequestSchema, required=False)
 def rotate_key(_no_fields):
     """Replace the calling key by a new one; the old one is invalid at once"""
@@ -65,7 +64,6 @@ def rotate_key(_no_fields):
 @bp.get("/keys")
 @bp.response(200, ApiKeyListSchema)
 @tenant_only
-@rate_limited
 def list_api_keys():
     """The tenant's active API keys (never a secret)"""
     return self_service.list_api_keys(g.principal.id)
@@ -75,7 +73,6 @@ def list_api_keys():
 @bp.response(201, ApiKeyCreatedSchema)
 @bp.error(409, self_service.KEY_CONFLICT)
 @tenant_only
-@rate_limited
 @bp.arguments(ApiKeyCreateSchema)
 def create_api_key(fields):
     """Create an API key; it is shown this once"""
@@ -87,7 +84,6 @@ def create_api_key(fields):
 @bp.error(404, self_service.KEY_NOT_FOUND)
 @bp.error(409, self_service.KEY_CONFLICT)
 @tenant_only
-@rate_limited
 def revoke_api_key(key_id):
     """Revoke an API key: refused from this answer on; the last one cannot be"""
     return self_service.revoke_api_key(g.principal.id, key_id)
@@ -96,7 +92,6 @@ def revoke_api_key(key_id):
 @bp.get("/signing-keys")
 @bp.response(200, SigningKeyListSchema)
 @tenant_only
-@rate_limited
 def list_signing_keys():
     """The Ed25519 public keys that verify the AI service's responses"""
     return self_service.list_signing_keys(g.principal.id)
@@ -106,7 +101,6 @@ def list_signing_keys():
 @bp.response(201, SigningKeySchema)
 @bp.error(409, self_service.SIGNING_KEY_CONFLICT)
 @tenant_only
-@rate_limited
 @bp.arguments(SigningKeyCreateSchema)
 def add_signing_key(fields):
     """Register an Ed25519 public key (never a private key)"""
@@ -118,7 +112,6 @@ def add_signing_key(fields):
 @bp.error(404, "`signing key not found`.")
 @bp.error(409, self_service.SIGNING_KEY_CONFLICT)
 @tenant_only
-@rate_limited
 def revoke_signing_key(key_id):
     """Revoke a signing key"""
     return self_service.revoke_signing_key(g.principal.id, key_id)
@@ -128,7 +121,6 @@ def revoke_signing_key(key_id):
 @bp.response(200, SignatureSchemeSchema)
 @bp.error(409, self_service.SCHEME_CONFLICT)
 @tenant_only
-@rate_limited
 @bp.arguments(SignatureSchemeRequestSchema)
 def set_signature_scheme(fields):
     """Switch the signature scheme; the previous one verifies during the grace"""
@@ -138,7 +130,6 @@ def set_signature_scheme(fields):
 @bp.post("/signing-secret/rotate")
 @bp.response(200, SigningSecretSchema)
 @tenant_only
-@rate_limited
 @bp.arguments(SigningSecretRotateSchema, required=False)
 def rotate_signing_secret(fields):
     """Issue a new HMAC signing secret, shown this once"""
@@ -148,7 +139,6 @@ def rotate_signing_secret(fields):
 @bp.get("/audit-log")
 @bp.response(200, AuditLogSchema)
 @tenant_only
-@rate_limited
 @bp.arguments(AuditLogQuerySchema, location="query")
 def audit_log(query):
     """Changes to keys, secrets, scheme, plan and active flag, newest first"""
@@ -158,7 +148,6 @@ def audit_log(query):
 @bp.get("/usage/daily")
 @bp.response(200, DailyUsageSchema)
 @tenant_only
-@rate_limited
 @bp.arguments(DailyUsageQuerySchema, location="query")
 def daily_usage(query):
     """Verifications per UTC day by outcome"""
