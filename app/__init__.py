@@ -127,7 +127,7 @@ def register_request_hooks(app):
     """Every request passes these, in this order (Flask runs after_request hooks last first)."""
     app.before_request(http.assign_request_id)
     app.before_request(https_only.refuse_plain_http)
-    after = [limits.rate_headers, https_only.strict_transport, http.protective_headers]
+    after = [https_only.strict_transport, http.protective_headers]
     if app.config["METRICS_ENABLED"]:
         after.append(metrics.observe)
     after.append(logs.log_request)

@@ -4,8 +4,9 @@ Every request looks the key up in the database by its SHA-256 digest: nothing is
 process, so a rotated or deactivated key is refused by every worker from the moment it changes.
 Authentication says who calls and whether the key holds the scope the view declares (every
 view names its scope, or None, where it declares its authentication: a new view cannot forget
-it, and the OpenAPI document shows it as `x-scope`). Spending a rate-limit token is
-app.traffic.limits' `rate_limited`, stacked under `authenticate`.
+it, and the OpenAPI document shows it as `x-scope`). Once it knows who calls (or that nobody
+could be authenticated) it checks the request's rate limits, once: app.traffic.limits.check,
+the caller's bucket or the address's failure allowance.
 """
 import re
 from dataclasses import dataclass
@@ -79,12 +80,13 @@ def authenticated(kinds, texts):
     api_key = request.headers.get(KEY_HEADER)
     principal = resolve(api_key) if api_key else None
     if principal is None:
-        limits.count_failed_authentication()
+        limits.check()  # the address's failure allowance: 429 once it is spent
         # An empty header is present: it is an invalid key, not a missing one.
         raise Unauthorized(texts[1] if api_key is not None else texts[0])
     if principal.kind not in kinds:
         raise Forbidden(_wrong_kind_text(kinds))
     g.principal = principal
+    limits.check()  # the caller's bucket, before the view does anything
     return principal
 
 

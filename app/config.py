@@ -197,6 +197,22 @@ def redis_cluster_nodes(url):
     return nodes
 
 
+REDIS_SCHEMES = ("redis", "rediss", "redis+unix", "redis+cluster", "redis+sentinel")
+
+
+def _check_redis_url(url):
+    """The rate-limit store's URL names a storage of the limits library that we run on."""
+    if not url:
+        return
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in REDIS_SCHEMES:
+        raise ConfigError("REDIS_URL must be a redis://, rediss://, redis+cluster:// or "
+                          "redis+sentinel:// URL")
+    if parts.scheme.lower() == "redis+sentinel" and not parts.path.strip("/"):
+        raise ConfigError("REDIS_URL must look like redis+sentinel://host:port[,host:port...]"
+                          "/service-name")
+
+
 def validate(config):
     """Fail fast on settings that cannot work together."""
     config["SQLALCHEMY_DATABASE_URI"] = normalize_database_url(config["SQLALCHEMY_DATABASE_URI"])
@@ -213,6 +229,7 @@ def validate(config):
     if url is not None and not urlsplit(url).scheme:
         raise ConfigError("CONTEXT_STORE_URL must be an absolute URL")
     config["REDIS_CLUSTER_NODES"] = redis_cluster_nodes(config["REDIS_URL"])
+    _check_redis_url(config["REDIS_URL"])
     if not 0 < config["CONTEXT_STORE_DEADLINE"] < 30:  # SPEC.md's request timeout
         raise ConfigError("CONTEXT_STORE_DEADLINE must be more than 0 and less than 30 seconds")
     try:

@@ -1,10 +1,12 @@
 """Extension singletons: instantiated here, bound to the app in create_app."""
 from flask_cors import CORS
+from flask_limiter import Limiter
 from flask_migrate import Migrate
 from flask_sqlalchemy import SQLAlchemy
 from sqlalchemy import MetaData
 
 from app.context_store.session import ContextStoreSession
+from app.traffic.addresses import client_address
 
 # Named constraints keep Alembic migrations identical on SQLite and PostgreSQL.
 NAMING_CONVENTION = {
@@ -24,3 +26,8 @@ db = SQLAlchemy(
 migrate = Migrate()
 cors = CORS()
 context_store = ContextStoreSession()
+# The token bucket and the failure limit are declared per blueprint (app.traffic.limits) and
+# checked once, after authentication (auto_check=False): the bucket is then the caller's. Its
+# storage and strategy are bound from the settings in app.traffic.limits.init_app.
+limiter = Limiter(key_func=client_address, auto_check=False, strategy="token-bucket",
+                  headers_enabled=False)

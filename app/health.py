@@ -6,7 +6,7 @@ from sqlalchemy import literal, select
 from app import database
 from app.errors import Unavailable
 from app.openapi import Blueprint
-from app.traffic import bucket
+from app.traffic import limits
 
 bp = Blueprint("health", __name__)
 
@@ -35,7 +35,7 @@ def health():
     """Health of the database and the rate-limit store"""
     checks = {
         "database": "ok" if _database_ok() else "unavailable",
-        "rate_limit_store": "ok" if bucket.store_available() else "unavailable",
+        "rate_limit_store": "ok" if limits.store_available() else "unavailable",
     }
     healthy = all(state == "ok" for state in checks.values())
     if healthy:

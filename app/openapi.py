@@ -4,8 +4,8 @@ A view documents itself with the decorators that also do its work: `@bp.argument
 loads the body (or query) through app.http.json_body and the schema, `@bp.response(200,
 Schema)` dumps the answer, `@bp.error(409, "...")` names an error the view raises itself. What
 every operation shares is added here, once, because app-wide code does it for every request:
-X-Request-Id on every response (app.http), and for /v1/*, which authenticate and rate_limited
-guard, the ServiceKey scheme, X-RateLimit-* on every response (app.traffic.limits) and the
+X-Request-Id on every response (app.http), and for /v1/*, which authenticate and the rate
+limits guard, the ServiceKey scheme, X-RateLimit-* on every response (app.traffic.limits) and the
 errors those decorators and the request plumbing raise. See the README's API reference.
 """
 from functools import wraps
@@ -96,7 +96,7 @@ HEADERS = {
 }
 RATE_HEADERS = ["X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"]
 # What any /v1 operation may answer, whatever the view: the request plumbing (app.http,
-# app.https_only, MAX_CONTENT_LENGTH), authenticate, rate_limited, and the database.
+# app.https_only, MAX_CONTENT_LENGTH), authenticate, the rate limits, and the database.
 V1_ERRORS = {
     "400": "Malformed JSON, wrong Content-Type, unknown or invalid fields or parameters.",
     "401": "Missing, invalid, rotated or deactivated X-Service-Key.",

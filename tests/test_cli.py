@@ -257,15 +257,23 @@ def test_commands_speak_to_a_person_without_log_lines(runner, client, capsys):
     assert '"message": "request"' in capsys.readouterr().err
 
 
-def test_flask_help_leaves_out_flask_limiter(settings):
-    # The `flask` command itself, with the plugin commands installed packages add through entry
-    # points (Flask-Limiter added `flask limiter`, meaningless here) and the app's own.
-    flask_command = FlaskGroup(create_app=lambda: create_app(dict(settings)))
-    result = CliRunner().invoke(flask_command, ["--help"])
+def test_flask_limiter_limits_lists_every_v1_route(settings, monkeypatch):
+    # The `flask` command with the plugin commands installed packages add through entry points:
+    # Flask-Limiter's `flask limiter limits` shows the bucket and the failure limit of each
+    # /v1 route, declared once per blueprint.
+    monkeypatch.setenv("COLUMNS", "250")
+    app = create_app(dict(settings))
+    flask_command = FlaskGroup(create_app=lambda: app)
+    result = CliRunner().invoke(flask_command, ["limiter", "limits"])
     assert result.exit_code == 0, result.output
-    listed = [line.split()[0] for line in result.output.split("Commands:")[1].splitlines()
-              if line.strip()]
-    assert {"tenants", "admin-keys", "db"} <= set(listed) and "limiter" not in listed
+    lines = result.output.splitlines()
+    v1_routes = {rule.endpoint for rule in app.url_map.iter_rules()
+                 if rule.rule.startswith("/v1/")}
+    assert len(v1_routes) > 20
+    for endpoint in v1_routes:
+        at = next(index for index, line in enumerate(lines) if f"{endpoint}: /v1/" in line)
+        assert "100 per 60 second" in lines[at + 1] and "20 per 1 minute" in lines[at + 2], \
+            lines[at:at + 3]
 
 
 def test_expires_in_counts_from_the_exact_time(runner):

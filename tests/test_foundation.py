@@ -41,6 +41,9 @@ def test_default_config_is_not_testing(monkeypatch, tmp_path):
         ("RATE_LIMIT_CAPACITY", "0", "RATE_LIMIT_CAPACITY must be between 1"),
         ("AUTH_FAILURE_LIMIT", "lots", "AUTH_FAILURE_LIMIT must look like '20 per minute'"),
         ("DEPLOYMENT_MODE", "staging", "DEPLOYMENT_MODE must be 'local' or 'production'"),
+        ("REDIS_URL", "memcached://127.0.0.1:11211", "REDIS_URL must be a redis://, rediss://"),
+        ("REDIS_URL", "redis+sentinel://127.0.0.1:26379", "REDIS_URL must look like "
+                                                          "redis\\+sentinel://"),
     ],
 )
 def test_bad_settings_fail_fast(monkeypatch, name, value, message):

@@ -9,7 +9,6 @@ from redis.crc import key_slot
 
 from app import create_app
 from app.config import ConfigError, redis_cluster_nodes
-from app.traffic.bucket import KEY_PREFIX
 from tests.scale_out import REDIS_CLI, REDIS_SERVER, RedisClusterProcesses
 
 CAPACITY = 20
@@ -29,7 +28,7 @@ def cluster(tmp_path):
 
 
 def _slot(owner):
-    return key_slot(f"{KEY_PREFIX}{{{owner}}}".encode())
+    return key_slot(f"{{{owner}}}".encode())  # the hash tag of the bucket's key
 
 
 def _statuses(server, headers, count):

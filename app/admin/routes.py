@@ -6,7 +6,7 @@ from app.openapi import Blueprint
 from app.schemas import Extended
 from app.sql import MAX_ID, unit_of_work
 from app.tenants import self_service, service
-from app.traffic.limits import rate_limited
+from app.traffic import limits
 from app.tenants.schemas import (
     TenantCreatedSchema,
     TenantCreateSchema,
@@ -17,6 +17,7 @@ from app.tenants.schemas import (
 )
 
 bp = Blueprint("admin", __name__, url_prefix="/v1/admin")
+limits.declare(bp)
 
 # Operators: an admin key holds every scope, so these name none.
 admin_only = authenticate(kinds=("admin",), texts=ACCOUNT_TEXTS, scope=None)
@@ -33,7 +34,6 @@ def _describe(tenant, **extra):
 @bp.response(201, TenantCreatedSchema)
 @bp.error(409, "`a tenant with this email already exists`.")
 @admin_only
-@rate_limited
 @bp.arguments(TenantCreateSchema)
 def create_tenant(fields):
     """Provision a tenant; its API key and signing secret are shown this once"""
@@ -50,7 +50,6 @@ def create_tenant(fields):
 @bp.get("/tenants")
 @bp.response(200, TenantListSchema)
 @admin_only
-@rate_limited
 @bp.arguments(TenantListQuerySchema, location="query")
 def list_tenants(query):
     """List tenants by id, `limit` at a time"""
@@ -62,7 +61,6 @@ def list_tenants(query):
 @bp.response(200, TenantSchema)
 @bp.error(404, TENANT_NOT_FOUND)
 @admin_only
-@rate_limited
 def show_tenant(tenant_id):
     """Read a tenant and this month's usage"""
     return _describe(service.find_tenant(_tenant(tenant_id)))
@@ -73,7 +71,6 @@ def show_tenant(tenant_id):
 @bp.error(404, TENANT_NOT_FOUND)
 @bp.error(409, self_service.SCHEME_CONFLICT)
 @admin_only
-@rate_limited
 @bp.arguments(TenantUpdateSchema)
 def update_tenant(changes, tenant_id):
     """Change plan, active flag or signature scheme"""

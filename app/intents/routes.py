@@ -13,9 +13,10 @@ from app.intents.schemas import (
 )
 from app.openapi import Blueprint
 from app.tenants.scopes import INTENTS
-from app.traffic.limits import rate_limited
+from app.traffic import limits
 
 bp = Blueprint("intent", __name__, url_prefix="/v1/intent")
+limits.declare(bp)
 
 MONTH_USED_UP = "`monthly verification limit reached`: the tenant's plan is used up this month."
 
@@ -25,7 +26,6 @@ MONTH_USED_UP = "`monthly verification limit reached`: the tenant's plan is used
 @bp.error(429, MONTH_USED_UP + " Also `rate limit exceeded`.")
 @bp.error(502, "`context store request failed`: nothing was created or metered.")
 @authenticate(scope=INTENTS)
-@rate_limited
 @bp.arguments(GenerateSchema)
 def generate(request_fields):
     """Issue a single-use intent signature"""
@@ -38,7 +38,6 @@ def generate(request_fields):
 @bp.error(422, "Idempotency-Key reused with a different body.")
 @bp.error(429, MONTH_USED_UP + " Also `rate limit exceeded`.")
 @authenticate(scope=INTENTS)
-@rate_limited
 @bp.arguments(VerifySchema)
 def verify(request_fields):
     """Pass an AI response through the verification gate (200 for cleared and blocked)"""

@@ -8,9 +8,10 @@ from app.schemas import RequestSchema
 from app.sql import unit_of_work
 from app.tenants import keys, service
 from app.tenants.schemas import RotateKeySchema, UsageSchema
-from app.traffic.limits import rate_limited
+from app.traffic import limits
 
 bp = Blueprint("tenant", __name__, url_prefix="/v1/tenant")
+limits.declare(bp)
 
 ROTATED_MESSAGE = "A new API key has been issued; the previous key is now invalid."
 
@@ -26,7 +27,6 @@ class RotateKeyRequestSchema(RequestSchema):
 @bp.get("/usage")
 @bp.response(200, UsageSchema)
 @tenant_only
-@rate_limited
 def usage():
     """This month's usage against the plan"""
     principal = g.principal
@@ -36,7 +36,6 @@ def usage():
 @bp.post("/rotate-key")
 @bp.response(200, RotateKeySchema)
 @tenant_only
-@rate_limited
 @bp.arguments(RotateKeyRequestSchema, required=False)
 def rotate_key(_no_fields):
     """Replace the calling key by a new one; the old one is invalid at once"""

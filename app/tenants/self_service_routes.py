@@ -25,13 +25,14 @@ from app.tenants.schemas import (
     SigningSecretRotateSchema,
     SigningSecretSchema,
 )
-from app.traffic.limits import rate_limited
+from app.traffic import limits
 
 bp = Blueprint("self_service", __name__, url_prefix="/v1",
                description="A tenant's API keys, response signing, audit log and daily usage: "
                            "under /v1/tenant for the calling tenant's key (holding the "
                            "operation's x-scope), under /v1/admin/tenants/{tenant_id} for an "
                            "admin key acting on any tenant.")
+limits.declare(bp)
 
 TENANT_NOT_FOUND = "`tenant not found` (admin paths)."
 
@@ -51,7 +52,6 @@ def operation(method, rule):
 @bp.response(200, ApiKeyListSchema)
 @bp.error(404, TENANT_NOT_FOUND)
 @for_tenant(scopes.USAGE_READ)
-@rate_limited
 def list_api_keys(tenant_id):
     """The tenant's active API keys with their scopes (never a secret)"""
     return self_service.list_api_keys(tenant_id)
@@ -63,7 +63,6 @@ def list_api_keys(tenant_id):
 @bp.error(404, TENANT_NOT_FOUND)
 @bp.error(409, self_service.KEY_CONFLICT)
 @for_tenant(scopes.KEYS_WRITE)
-@rate_limited
 @bp.arguments(ApiKeyCreateSchema)
 def create_api_key(fields, tenant_id):
     """Create an API key holding the scopes asked for; it is shown this once"""
@@ -75,7 +74,6 @@ def create_api_key(fields, tenant_id):
 @bp.error(404, TENANT_NOT_FOUND + " Or " + self_service.KEY_NOT_FOUND)
 @bp.error(409, self_service.KEY_CONFLICT)
 @for_tenant(scopes.KEYS_WRITE)
-@rate_limited
 def revoke_api_key(tenant_id, key_id):
     """Revoke an API key: refused from this answer on; the last one cannot be"""
     return self_service.revoke_api_key(tenant_id, key_id)
@@ -85,7 +83,6 @@ def revoke_api_key(tenant_id, key_id):
 @bp.response(200, SigningKeyListSchema)
 @bp.error(404, TENANT_NOT_FOUND)
 @for_tenant(scopes.USAGE_READ)
-@rate_limited
 def list_signing_keys(tenant_id):
     """The Ed25519 public keys that verify the AI service's responses, with fingerprints"""
     return self_service.list_signing_keys(tenant_id)
@@ -96,7 +93,6 @@ def list_signing_keys(tenant_id):
 @bp.error(404, TENANT_NOT_FOUND)
 @bp.error(409, self_service.SIGNING_KEY_CONFLICT)
 @for_tenant(scopes.SIGNING_WRITE)
-@rate_limited
 @bp.arguments(SigningKeyCreateSchema)
 def add_signing_key(fields, tenant_id):
     """Register an Ed25519 public key (never a private key; never the same key twice)"""
@@ -108,7 +104,6 @@ def add_signing_key(fields, tenant_id):
 @bp.error(404, TENANT_NOT_FOUND + " Or `signing key not found`.")
 @bp.error(409, self_service.SIGNING_KEY_CONFLICT)
 @for_tenant(scopes.SIGNING_WRITE)
-@rate_limited
 def revoke_signing_key(tenant_id, key_id):
     """Revoke a signing key"""
     return self_service.revoke_signing_key(tenant_id, key_id)
@@ -121,7 +116,6 @@ def revoke_signing_key(tenant_id, key_id):
 @bp.error(404, TENANT_NOT_FOUND)
 @bp.error(409, self_service.SCHEME_CONFLICT)
 @for_tenant(scopes.SIGNING_WRITE)
-@rate_limited
 @bp.arguments(SignatureSchemeRequestSchema)
 def set_signature_scheme(fields, tenant_id):
     """Switch the signature scheme; the previous one verifies during the grace"""
@@ -132,7 +126,6 @@ def set_signature_scheme(fields, tenant_id):
 @bp.response(200, SigningSecretSchema)
 @bp.error(404, TENANT_NOT_FOUND)
 @for_tenant(scopes.SIGNING_WRITE)
-@rate_limited
 @bp.arguments(SigningSecretRotateSchema, required=False)
 def rotate_signing_secret(fields, tenant_id):
     """Issue a new HMAC signing secret, shown this once"""
@@ -143,7 +136,6 @@ def rotate_signing_secret(fields, tenant_id):
 @bp.response(200, AuditLogSchema)
 @bp.error(404, TENANT_NOT_FOUND)
 @for_tenant(scopes.USAGE_READ)
-@rate_limited
 @bp.arguments(AuditLogQuerySchema, location="query")
 def audit_log(query, tenant_id):
     """Changes to keys, secrets, scheme, plan and active flag, newest first"""
@@ -154,7 +146,6 @@ def audit_log(query, tenant_id):
 @bp.response(200, DailyUsageSchema)
 @bp.error(404, TENANT_NOT_FOUND)
 @for_tenant(scopes.USAGE_READ)
-@rate_limited
 @bp.arguments(DailyUsageQuerySchema, location="query")
 def daily_usage(query, tenant_id):
     """Verifications per UTC day by outcome"""

@@ -1,81 +1,97 @@
-"""Request rates: the token bucket of every /v1/* caller, and the per-address limit on failed
-authentication. Both are the one mechanism of app.traffic.bucket (Redis, or the database in the
-embedded setup), so every worker on every host shares them; nothing is counted in process."""
+"""Request rates through Flask-Limiter (app.extensions.limiter): the token bucket of every /v1/*
+caller, and the per-address limit on failed authentication.
+
+Both are declared once per blueprint (`declare`) and checked once a request, right after
+authentication (`check`, called by app.auth): the bucket then is the caller's, and a failed
+key spends only its address's failure allowance. Their storage is REDIS_URL, or without it the
+app's database (app.traffic.storage), so every worker on every host shares them.
+"""
 import logging
 import math
 import time
-from functools import wraps
 
 from flask import current_app, g, request
 from limits import parse
 
 from app.errors import TooManyRequests, Unavailable
-from app.traffic import bucket
+from app.extensions import limiter
+from app.traffic import storage, strategy  # noqa: F401 - registered with limits at import
 from app.traffic.addresses import client_address
+from app.traffic.strategy import StoreUnavailable
 
 log = logging.getLogger(__name__)
 
 RATE_LIMITED = "rate limit exceeded"
+BUCKET_SCOPE, FAILURE_SCOPE = "bucket", "failures"
 
 # Fail-open bookkeeping is per process on purpose: it only bounds how long this worker
 # lets requests through unmetered, it enforces nothing.
 _outage = {"since": None}
 
 
-def rate_limited(view):
-    """Spend one token of the authenticated caller's bucket (stack under @authenticate)."""
-
-    @wraps(view)
-    def wrapper(*args, **kwargs):
-        config = current_app.config
-        _spend(g.principal.owner, config["RATE_LIMIT_CAPACITY"],
-               config["RATE_LIMIT_REFILL_PER_MINUTE"] / 60.0)
-        return view(*args, **kwargs)
-
-    return wrapper
-
-
-def count_failed_authentication():
-    """Spend a token of the client address's failure bucket: past AUTH_FAILURE_LIMIT the
-    answer is 429, not 401. Only failures are counted, so a valid request costs nothing here
-    and keys still cannot be guessed at speed."""
-    owner, capacity, rate = _failure_bucket()
-    try:
-        decision = bucket.take(owner, capacity, rate)
-    except bucket.StoreUnavailable as exc:
-        log.error("rate-limit store unavailable", extra={"failure": str(exc)})
-        g.rate_decision = _while_store_down(capacity)
-        return  # the 401 still stands; only the guessing limit is lost while the store is down
-    _apply(decision)
-
-
-def _failure_bucket():
-    """(owner, capacity, refill per second) of the client address's failure bucket:
-    "20 per minute" is 20 failures at once, refilled at 20 a minute."""
-    item = parse(current_app.config["AUTH_FAILURE_LIMIT"])
-    return "address:" + client_address(), item.amount, item.amount / item.get_expiry()
-
-
-def _spend(owner, capacity, rate):
-    try:
-        decision = bucket.take(owner, capacity, rate)
-    except bucket.StoreUnavailable as exc:
-        g.rate_decision = _while_store_down(capacity)
-        _store_down(exc)
-        return
-    _outage["since"] = None
-    _apply(decision)
-
-
-def _apply(decision):
-    g.rate_decision = decision
-    if not decision.allowed:
-        raise TooManyRequests(RATE_LIMITED, retry_after=decision.retry_after)
-
-
-def _store_down(exc):
+def bucket_limit():
+    """The caller's bucket as a limit: capacity tokens, refilled at the per-minute rate (an item
+    of N per S seconds is a bucket of N refilling N every S seconds)."""
     config = current_app.config
-    log.error("rate-limit store unavailable", extra={"failure": str(exc)})
+    capacity = config["RATE_LIMIT_CAPACITY"]
+    seconds = max(1, round(capacity * 60 / config["RATE_LIMIT_REFILL_PER_MINUTE"]))
+    return f"{capacity} per {seconds} seconds"
+
+
+def failure_limit():
+    """"20 per minute" is 20 failures at once, refilled at 20 a minute."""
+    return current_app.config["AUTH_FAILURE_LIMIT"]
+
+
+def owner_key():
+    # The braces are a hash tag: on a Redis Cluster the bucket's key names its own slot.
+    return "{" + g.principal.owner + "}"
+
+
+def address_key():
+    return "{address:" + client_address() + "}"
+
+
+def _authenticated():
+    return g.get("principal") is not None
+
+
+def _unauthenticated():
+    return g.get("principal") is None
+
+
+def _refuse(request_limit):
+    raise TooManyRequests(RATE_LIMITED, retry_after=request_limit.window.retry_after)
+
+
+def declare(blueprint):
+    """Limit every view of `blueprint`: the caller's bucket once authenticated; the address's
+    failure allowance when authentication failed (only failures are counted)."""
+    limiter.shared_limit(bucket_limit, BUCKET_SCOPE, key_func=owner_key,
+                         exempt_when=_unauthenticated, on_breach=_refuse)(blueprint)
+    limiter.shared_limit(failure_limit, FAILURE_SCOPE, key_func=address_key,
+                         exempt_when=_authenticated, on_breach=_refuse)(blueprint)
+
+
+def check():
+    """Spend a token of the caller's bucket, or of the address's failure allowance when no
+    caller was authenticated: 429 when it is empty, before the view does anything."""
+    try:
+        limiter.check()
+    except StoreUnavailable as exc:
+        log.error("rate-limit store unavailable", extra={"failure": str(exc)})
+        if _unauthenticated():
+            g.rate_store_down = failure_limit()
+            return  # the 401 still stands; only the guessing limit is lost while the store is down
+        g.rate_store_down = bucket_limit()
+        _store_down()
+        return
+    if _authenticated():
+        _outage["since"] = None
+
+
+def _store_down():
+    config = current_app.config
     if config["RATE_LIMIT_STORE_FAILURE"] == "open":
         since = _outage["since"] = _outage["since"] or time.monotonic()
         if time.monotonic() - since <= config["RATE_LIMIT_FAIL_OPEN_SECONDS"]:
@@ -83,33 +99,76 @@ def _store_down(exc):
     raise Unavailable("rate limit store unavailable", headers={"Retry-After": "1"})
 
 
-def _while_store_down(capacity):
-    """What the headers can truly say while the store does not answer: the limit, and no token
-    to count on before the Retry-After second of the 503s has passed. Rounded up, as the
-    bucket's own resets are: a reset truncated to the second could already have passed."""
-    return bucket.Decision(allowed=False, capacity=capacity, remaining=0,
-                           reset_at=math.ceil(time.time() + 1), retry_after=1)
-
-
 def rate_headers(response):
     """X-RateLimit-* on every /v1/* response: from the bucket this request spent from, or, for
     one answered before authentication (no such endpoint or method, a CORS preflight, tenants
     switched off), from the client address's failure bucket, read without spending."""
-    decision = g.pop("rate_decision", None)
     if not request.path.startswith("/v1/"):
         return response
-    if decision is None:
-        owner, capacity, rate = _failure_bucket()
-        try:
-            decision = bucket.peek(owner, capacity, rate)
-        except bucket.StoreUnavailable:
-            decision = _while_store_down(capacity)
+    spent = limiter.current_limit
+    down = g.pop("rate_store_down", None)
+    if spent is not None:
+        capacity, bucket = spent.limit.amount, spent.window
+    else:
+        item = parse(down or failure_limit())
+        capacity, bucket = item.amount, None
+        if down is None:
+            try:
+                bucket = limiter.limiter.get_window_stats(item, address_key(), FAILURE_SCOPE)
+            except (StoreUnavailable, Unavailable):
+                pass
+    if bucket is None:
+        # What the headers can truly say while the store does not answer: no token to count
+        # on before the Retry-After second of the 503s has passed (rounded up, as the
+        # bucket's own resets are).
+        remaining, reset_at = 0, math.ceil(time.time() + 1)
+    else:
+        remaining, reset_at = max(bucket.remaining, 0), bucket.reset_time
     headers = response.headers  # written by this hook alone: add, no search for an earlier one
-    headers.add("X-RateLimit-Limit", str(decision.capacity))
-    headers.add("X-RateLimit-Remaining", str(max(decision.remaining, 0)))
-    headers.add("X-RateLimit-Reset", str(decision.reset_at))
+    headers.add("X-RateLimit-Limit", str(capacity))
+    headers.add("X-RateLimit-Remaining", str(remaining))
+    headers.add("X-RateLimit-Reset", str(reset_at))
     return response
 
 
+def store_available():
+    """Whether the store answers; not while the breaker is open (no call to a frozen store)."""
+    if limiter.limiter.broken:
+        return False
+    return bool(limiter.storage.check())
+
+
+def _forget(_exc=None):
+    limiter.limiter.forget()
+
+
 def init_app(app):
-    bucket.init_app(app)
+    """Bind the limiter to its storage; the header hook runs after Flask-Limiter's own."""
+    config = app.config
+    config["RATELIMIT_STRATEGY"] = "token-bucket"
+    config["RATELIMIT_STORAGE_URI"] = config["REDIS_URL"] or f"{storage.SCHEME}://"
+    config["RATELIMIT_STORAGE_OPTIONS"] = _storage_options(config)
+    app.after_request(rate_headers)
+    app.teardown_request(_forget)
+    limiter.init_app(app)
+
+
+def _storage_options(config):
+    url = config["REDIS_URL"] or ""
+    if not url:
+        return {}
+    timeout = config["REDIS_SOCKET_TIMEOUT"]
+    timeouts = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+    if url.startswith("redis+cluster://"):
+        from redis.backoff import ExponentialWithJitterBackoff
+        from redis.retry import Retry
+
+        # A bucket lives in its key's slot: a master that is down takes only its own slots'
+        # buckets with it (require_full_coverage=False), the others keep answering. Two quick
+        # retries (MOVED after a failover is followed on top of them): a request whose master
+        # is gone gets the outage answer in well under a second.
+        return {**timeouts, "require_full_coverage": False,
+                "retry": Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.05), retries=2)}
+    if url.startswith("redis+sentinel://"):
+        return {**timeouts, "sentinel_kwargs": dict(timeouts)}
+    return timeouts

@@ -1,0 +1,154 @@
+"""The contract's token bucket as a `limits` strategy, registered as "token-bucket".
+
+An item "100 per 60 seconds" is a bucket of 100 tokens refilling 100 every 60 seconds. The
+bucket lives in the limiter's storage: on Redis (single, Cluster or Sentinel) one Lua script,
+run as one EVALSHA through the client the `limits` storage holds, on Redis's clock (its one key
+names one hash slot); on any other storage through its `take_token`/`peek_tokens` (the embedded
+setup's database storage, app.traffic.storage). limits' own proposal for a token bucket
+(limits PR #364) has the same four methods, so this can give way to it when it ships.
+
+A store that does not answer costs one timeout per worker per second: after a failure the
+strategy raises StoreUnavailable for a second without asking the store (the circuit breaker).
+"""
+import contextvars
+import math
+import threading
+import time
+
+from limits.storage import RedisStorage
+from limits.strategies import STRATEGIES, RateLimiter
+from limits.util import WindowStats
+
+# KEYS[1] bucket; ARGV capacity, refill per second. Leaves `tokens` as the bucket holds now.
+_REFILL_LUA = """
+local capacity = tonumber(ARGV[1])
+local rate = tonumber(ARGV[2])
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
+local state = redis.call('HMGET', KEYS[1], 'tokens', 'at')
+local tokens = tonumber(state[1]) or capacity
+local at = tonumber(state[2]) or now
+tokens = math.min(capacity, tokens + math.max(0, now - at) * rate)
+"""
+# Returns the tokens as a string, spending none and writing nothing.
+PEEK_LUA = _REFILL_LUA + "return tostring(tokens)\n"
+# Returns {allowed, tokens left as string}.
+TAKE_LUA = _REFILL_LUA + """local allowed = 0
+if tokens >= 1 then
+  tokens = tokens - 1
+  allowed = 1
+end
+redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'at', tostring(now))
+redis.call('PEXPIRE', KEYS[1], math.ceil((capacity / rate) * 1000) + 1000)
+return {allowed, tostring(tokens)}
+"""
+
+BREAKER_SECONDS = 1.0
+
+
+class StoreUnavailable(Exception):
+    """The rate-limit store did not answer (or did not answer within the last second)."""
+
+
+class Bucket(WindowStats):
+    """What a bucket holds: limits' (reset_time, remaining), plus the tokens and refill rate the
+    contract's Retry-After is computed from."""
+
+    tokens: float
+    rate: float
+
+    def __new__(cls, tokens, capacity, rate, now):
+        bucket = super().__new__(cls, math.ceil(now + (capacity - tokens) / rate),
+                                 int(math.floor(tokens)))
+        bucket.tokens, bucket.rate = tokens, rate
+        return bucket
+
+    @property
+    def retry_after(self):
+        return max(1, math.ceil((1 - self.tokens) / self.rate))
+
+
+class _RedisTokens:
+    """take/peek as one EVALSHA on the storage's own client (prefixed as its keys are)."""
+
+    def __init__(self, storage):
+        self.storage = storage
+        self.take_script = storage.get_connection().register_script(TAKE_LUA)
+        self.peek_script = storage.get_connection().register_script(PEEK_LUA)
+
+    def take_token(self, key, capacity, rate):
+        allowed, tokens = self.take_script(keys=[self.storage.prefixed_key(key)],
+                                           args=[capacity, rate])
+        return bool(allowed), float(tokens)
+
+    def peek_tokens(self, key, capacity, rate):
+        return float(self.peek_script(keys=[self.storage.prefixed_key(key)],
+                                      args=[capacity, rate]))
+
+
+class TokenBucketRateLimiter(RateLimiter):
+    """hit spends a token, test and get_window_stats read the bucket without spending."""
+
+    def __init__(self, storage):
+        super().__init__(storage)
+        self.tokens = _RedisTokens(storage) if isinstance(storage, RedisStorage) else storage
+        self.errors = storage.base_exceptions
+        self._broken_until = 0.0
+        self._lock = threading.Lock()
+        # What this context's last call learnt of each bucket: the rate headers after a hit
+        # read it instead of asking the store a second time. forget() at the request's end.
+        self._seen = contextvars.ContextVar("token_bucket_seen", default=None)
+
+    def hit(self, item, *identifiers, cost=1):
+        key = item.key_for(*identifiers)
+        capacity, rate = _shape(item)
+        allowed, tokens = self._ask(self.tokens.take_token, key, capacity, rate)
+        self._remember(key, Bucket(tokens, capacity, rate, time.time()))
+        return allowed
+
+    def test(self, item, *identifiers, cost=1):
+        return self.get_window_stats(item, *identifiers).tokens >= cost
+
+    def get_window_stats(self, item, *identifiers):
+        key = item.key_for(*identifiers)
+        seen = self._seen.get()
+        if seen is not None and key in seen:
+            return seen[key]
+        capacity, rate = _shape(item)
+        bucket = Bucket(self._ask(self.tokens.peek_tokens, key, capacity, rate),
+                        capacity, rate, time.time())
+        self._remember(key, bucket)
+        return bucket
+
+    def forget(self):
+        self._seen.set(None)
+
+    @property
+    def broken(self):
+        """Whether the breaker is open: the store failed within the last second."""
+        return time.monotonic() < self._broken_until
+
+    def _ask(self, call, *args):
+        if self.broken:
+            raise StoreUnavailable("breaker open")
+        try:
+            return call(*args)
+        except self.errors as exc:
+            with self._lock:
+                self._broken_until = time.monotonic() + BREAKER_SECONDS
+            raise StoreUnavailable(type(exc).__name__) from exc
+
+    def _remember(self, key, bucket):
+        seen = self._seen.get()
+        if seen is None:
+            seen = {}
+            self._seen.set(seen)
+        seen[key] = bucket
+
+
+def _shape(item):
+    """(capacity, refill per second) of an item."""
+    return item.amount, item.amount / item.get_expiry()
+
+
+STRATEGIES["token-bucket"] = TokenBucketRateLimiter

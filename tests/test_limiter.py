@@ -1,0 +1,138 @@
+"""The limiter as Flask-Limiter: limits declared per blueprint, the token bucket as a `limits`
+strategy over any storage, and the store's circuit breaker."""
+import signal
+import time
+
+import pytest
+from limits import parse
+from limits.storage import storage_from_string
+from limits.strategies import STRATEGIES
+
+from app import create_app
+from app.auth import authenticate
+from app.extensions import limiter
+from app.openapi import Blueprint
+from app.traffic import limits
+from app.traffic.storage import DatabaseStorage
+from app.traffic.strategy import TokenBucketRateLimiter
+from tests.support import assert_envelope
+from tests.test_traffic import BAD_KEY, _app_on, disposable_redis  # noqa: F401 - a fixture
+
+
+def test_the_token_bucket_is_a_registered_strategy_and_the_database_a_storage():
+    assert STRATEGIES["token-bucket"] is TokenBucketRateLimiter
+    assert isinstance(storage_from_string("intentgate+database://"), DatabaseStorage)
+
+
+def test_a_new_view_on_a_v1_blueprint_is_limited_without_a_word_in_it(settings, migrated,
+                                                                         make_tenant):
+    extra = Blueprint("extra", __name__, url_prefix="/v1/extra")
+    limits.declare(extra)
+
+    @extra.get("/ping")
+    @authenticate()
+    def ping():  # nothing about rate limits here
+        return {"pong": True}
+
+    app = create_app(settings)
+    app.register_blueprint(extra)
+    app.config.update(RATE_LIMIT_CAPACITY=2, RATE_LIMIT_REFILL_PER_MINUTE=1,
+                      AUTH_FAILURE_LIMIT="1 per minute")
+    client = app.test_client()
+    tenant = make_tenant("pro")
+    statuses = [client.get("/v1/extra/ping", headers=tenant.headers).status_code
+                for _ in range(3)]
+    assert statuses == [200, 200, 429]
+    # It is the tenant's one bucket, the same its other endpoints spend from.
+    assert_envelope(client.get("/v1/tenant/usage", headers=tenant.headers), 429,
+                    "rate limit exceeded")
+    failures = [client.get("/v1/extra/ping", headers=BAD_KEY).status_code for _ in range(2)]
+    assert failures == [401, 429]
+
+
+def test_the_failure_limit_of_a_long_ipv6_address(app, client):
+    # The bucket's key (address and limit) is longer than the database column: still one bucket.
+    app.config["AUTH_FAILURE_LIMIT"] = "3 per minute"
+    address = {"REMOTE_ADDR": "2001:db8:ffff:ffff:ffff:ffff:ffff:ffff"}
+    statuses = [client.get("/v1/tenant/usage", headers=BAD_KEY, environ_base=address).status_code
+                for _ in range(4)]
+    assert statuses == [401, 401, 401, 429]
+    other = client.get("/v1/tenant/usage", headers=BAD_KEY,
+                       environ_base={"REMOTE_ADDR": "2001:db8:ffff:ffff:ffff:ffff:ffff:fffe"})
+    assert other.status_code == 401
+
+
+def test_headers_read_after_a_hit_cost_no_second_call(app, client, tenant, monkeypatch):
+    peeks = []
+    monkeypatch.setattr(limiter.limiter.tokens, "peek_tokens",
+                        lambda *args: peeks.append(args) or 0.0)
+    response = client.get("/v1/tenant/usage", headers=tenant.headers)
+    assert response.status_code == 200 and response.headers["X-RateLimit-Remaining"] == "99"
+    assert peeks == []  # the headers came from the hit's own answer
+
+
+def test_a_frozen_store_is_asked_once_a_second(settings, migrated, make_tenant, disposable_redis,
+                                               monkeypatch):
+    """The breaker: after a timeout the worker answers by the failure policy for a second
+    without asking the store; /health says the store is failing meanwhile; then it asks again."""
+    url, process = disposable_redis
+    app = _app_on(settings, url)  # REDIS_SOCKET_TIMEOUT 0.3 s
+    client = app.test_client()
+    tenant = make_tenant("pro")
+    assert client.get("/v1/tenant/usage", headers=tenant.headers).status_code == 200
+    tokens = limiter.limiter.tokens
+    asked = []
+    take = tokens.take_token
+    monkeypatch.setattr(tokens, "take_token", lambda *args: asked.append(args) or take(*args))
+
+    process.send_signal(signal.SIGSTOP)
+    try:
+        first = client.get("/v1/tenant/usage", headers=tenant.headers)
+        opened = time.monotonic()
+        assert_envelope(first, 503, "rate limit store unavailable")
+        answers = []
+        while time.monotonic() - opened < 0.6:
+            started = time.monotonic()
+            response = client.get("/v1/tenant/usage", headers=tenant.headers)
+            answers.append((response.status_code, time.monotonic() - started))
+        health_started = time.monotonic()
+        health = client.get("/health")
+        health_seconds = time.monotonic() - health_started
+        still_open = time.monotonic() - opened < 1
+        asked_while_open = len(asked)
+    finally:
+        process.send_signal(signal.SIGCONT)
+    # The mechanism: one call reached the store (the one that timed out), none after it.
+    assert asked_while_open == 1 and len(answers) >= 3
+    assert {status for status, _ in answers} == {503}
+    if still_open:
+        assert health.status_code == 503
+        assert health.get_json()["checks"]["rate_limit_store"] == "unavailable"
+    # Within 50 ms on a quiet machine; a loaded one keeps well under the 0.3 s timeout.
+    assert max(seconds for _, seconds in answers) < 0.25 and health_seconds < 0.25
+    assert sorted(seconds for _, seconds in answers)[len(answers) // 2] < 0.05
+    time.sleep(1.1)  # the breaker's second is over: the store is asked again, and answers
+    assert client.get("/v1/tenant/usage", headers=tenant.headers).status_code == 200
+    assert client.get("/health").status_code == 200
+
+
+def test_the_breaker_applies_the_open_policy_too(settings, migrated, make_tenant, disposable_redis):
+    url, process = disposable_redis
+    app = _app_on(settings, url, RATE_LIMIT_STORE_FAILURE="open")
+    client = app.test_client()
+    tenant = make_tenant("pro")
+    process.send_signal(signal.SIGSTOP)
+    try:
+        statuses = [client.get("/v1/tenant/usage", headers=tenant.headers).status_code
+                    for _ in range(5)]
+        assert limiter.limiter.broken
+    finally:
+        process.send_signal(signal.SIGCONT)
+    assert statuses == [200] * 5
+
+
+def test_a_bucket_item_is_capacity_and_refill(app):
+    with app.app_context():
+        app.config.update(RATE_LIMIT_CAPACITY=3, RATE_LIMIT_REFILL_PER_MINUTE=1)
+        item = parse(limits.bucket_limit())
+    assert item.amount == 3 and item.amount / item.get_expiry() == pytest.approx(1 / 60)

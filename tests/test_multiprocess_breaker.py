@@ -1,0 +1,71 @@
+"""A frozen Redis under four real gunicorn workers: each worker pays one timeout, then answers
+by the failure policy for a second without asking the store; all recover after SIGCONT."""
+import signal
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import requests
+
+from tests.test_traffic import disposable_redis  # noqa: F401 - a fixture
+
+TIMEOUT = 0.3
+SETTINGS = {"RATE_LIMIT_CAPACITY": 100_000, "AUTH_FAILURE_LIMIT": "1000 per minute",
+            "REDIS_SOCKET_TIMEOUT": TIMEOUT, "RATE_LIMIT_STORE_FAILURE": "closed"}
+
+
+def _servers(server):
+    return getattr(server, "servers", [server])
+
+
+def _ask(server, headers, count, threads=4):
+    request_ids = [uuid.uuid4().hex for _ in range(count)]
+
+    def call(request_id):
+        answer = requests.get(server.url + "/v1/tenant/usage", timeout=30,
+                              headers={**headers, "X-Request-Id": request_id})
+        return answer.status_code
+
+    with ThreadPoolExecutor(threads) as pool:
+        return list(pool.map(call, request_ids)), set(request_ids)
+
+
+def test_a_frozen_redis_costs_each_worker_one_timeout_a_second(gunicorn, make_tenant,
+                                                              disposable_redis):
+    url, process = disposable_redis
+    server = gunicorn(workers=4, REDIS_URL=url, **SETTINGS)
+    tenant = make_tenant("pro")
+    statuses, _ = _ask(server, tenant.headers, 16)
+    assert statuses == [200] * 16
+
+    process.send_signal(signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        statuses, frozen_ids = _ask(server, tenant.headers, 80)
+        seconds = time.monotonic() - started
+    finally:
+        process.send_signal(signal.SIGCONT)
+        resumed = time.monotonic()
+    assert statuses == [503] * 80
+
+    # Per worker (from the access log): answers that waited for the store's timeout are at most
+    # one per second of the burst (plus the first); every other answer asked nothing of it.
+    workers = 0
+    for one in _servers(server):
+        by_pid = {}
+        for record in one.log_records():
+            if record.get("logger") == "app.access" and record.get("request_id") in frozen_ids:
+                by_pid.setdefault(record["pid"], []).append(record["duration_ms"])
+        workers += len(by_pid)
+        for pid, durations in by_pid.items():
+            slow = [ms for ms in durations if ms >= TIMEOUT * 1000 * 0.8]
+            assert len(slow) <= 1 + int(seconds), (pid, durations)
+            fast = sorted(ms for ms in durations if ms < TIMEOUT * 1000 * 0.8)
+            if fast:  # within 50 ms after the first, on a machine not starved of CPU
+                assert fast[len(fast) // 2] < 50, (pid, durations)
+    assert workers >= 1
+
+    # Recovered within 2 s of SIGCONT: every worker asks the store again once its second is up.
+    time.sleep(max(0.0, 2 - (time.monotonic() - resumed)))
+    statuses, _ = _ask(server, tenant.headers, 32)
+    assert statuses == [200] * 32
