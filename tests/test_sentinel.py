@@ -1,16 +1,16 @@
 """REDIS_URL=redis+sentinel://: a master, a replica and a sentinel of the test's own. The bucket
 keeps working across a failover: 503s only while no master answers, then the same bucket on the
 promoted replica, with no token created from nothing."""
+import json
 import shutil
 import subprocess
 import time
 
 import pytest
 import redis
+import requests
 
-from app import create_app
 from tests.servers import free_port
-from tests.support import assert_envelope
 
 REDIS_SERVER = shutil.which("redis-server")
 SERVICE = "intentgate"
@@ -63,16 +63,17 @@ def sentinel_set(tmp_path):
         process.wait()
 
 
-def test_the_bucket_survives_a_sentinel_failover(settings, migrated, make_tenant, sentinel_set):
-    settings.update(REDIS_URL=sentinel_set["url"], REDIS_SOCKET_TIMEOUT=0.3,
-                    RATE_LIMIT_CAPACITY=CAPACITY, RATE_LIMIT_REFILL_PER_MINUTE=REFILL_PER_MINUTE)
-    app = create_app(settings)
-    client = app.test_client()
-    tenant = make_tenant("pro")
+def test_the_bucket_survives_a_sentinel_failover(embedded_gunicorn, sentinel_set):
+    start, cli = embedded_gunicorn
+    created = json.loads(cli("tenants", "create", "--email", "sentinel@example.com", "--plan",
+                             "pro", "--json"))
+    server = start(workers=2, threads=2, REDIS_URL=sentinel_set["url"], REDIS_SOCKET_TIMEOUT=0.3,
+                   RATE_LIMIT_CAPACITY=CAPACITY, RATE_LIMIT_REFILL_PER_MINUTE=REFILL_PER_MINUTE)
+    headers = {"X-Service-Key": created["api_key"]}
     started = time.monotonic()
 
     def usage():
-        return client.get("/v1/tenant/usage", headers=tenant.headers)
+        return requests.get(server.url + "/v1/tenant/usage", headers=headers, timeout=30)
 
     assert [usage().status_code for _ in range(10)] == [200] * 10
     # Every write the master acknowledged has reached the replica (replication is asynchronous:
@@ -87,7 +88,7 @@ def test_the_bucket_survives_a_sentinel_failover(settings, migrated, make_tenant
         response = usage()
         answers.append(response.status_code)
         if response.status_code == 503:
-            assert_envelope(response, 503, "rate limit store unavailable")
+            assert response.json()["error"] == "rate limit store unavailable"
         elif response.status_code == 200:
             break
         time.sleep(0.05)
@@ -98,13 +99,17 @@ def test_the_bucket_survives_a_sentinel_failover(settings, migrated, make_tenant
     promoted = redis.Redis(port=sentinel_set["replica"]).info("replication")["role"]
     assert promoted == "master"
 
-    # The same bucket on the promoted replica: the tokens spent before are still spent.
-    served = 10 + 1
-    while True:
+    # The same bucket on the promoted replica, for every worker (the other worker may still
+    # answer 503 for its breaker's second or its own rediscovery): the tokens spent before are
+    # still spent, and none was made from nothing.
+    served, late_outage = 10 + 1, 0
+    while time.monotonic() < deadline:
         status = usage().status_code
-        if status != 200:
-            assert status == 429
+        if status == 429:
             break
-        served += 1
+        assert status in (200, 503)
+        served += status == 200
+        late_outage += status == 503
+    assert status == 429 and late_outage <= 30
     refilled = (time.monotonic() - started) * REFILL_PER_MINUTE / 60
     assert CAPACITY <= served <= CAPACITY + int(refilled) + 1

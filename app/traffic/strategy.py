@@ -9,14 +9,17 @@ setup's database storage, app.traffic.storage). limits' own proposal for a token
 
 A store that does not answer costs one timeout per worker per second: after a failure the
 strategy raises StoreUnavailable for a second without asking the store (the circuit breaker).
+On a Redis Cluster the breaker is per master: one that is down takes only its own slots' buckets
+with it, the others keep answering.
 """
 import contextvars
 import math
 import threading
 import time
 
-from limits.storage import RedisStorage
+from limits.storage import RedisClusterStorage, RedisStorage
 from limits.strategies import STRATEGIES, RateLimiter
+from redis.exceptions import RedisClusterException
 from limits.util import WindowStats
 
 # KEYS[1] bucket; ARGV capacity, refill per second. Leaves `tokens` as the bucket holds now.
@@ -73,6 +76,7 @@ class _RedisTokens:
 
     def __init__(self, storage):
         self.storage = storage
+        self.cluster = isinstance(storage, RedisClusterStorage)
         self.take_script = storage.get_connection().register_script(TAKE_LUA)
         self.peek_script = storage.get_connection().register_script(PEEK_LUA)
 
@@ -85,6 +89,20 @@ class _RedisTokens:
         return float(self.peek_script(keys=[self.storage.prefixed_key(key)],
                                       args=[capacity, rate]))
 
+    def node_of(self, key):
+        """The cluster master that holds `key` (its breaker's name); one store otherwise."""
+        if not self.cluster:
+            return None
+        client = self.storage.get_connection()
+        try:
+            return client.get_node_from_key(self.storage.prefixed_key(key)).name
+        except RedisClusterException:  # a slot no master covers now: the client will find out
+            return None
+
+
+def _one_store(_key):
+    return None
+
 
 class TokenBucketRateLimiter(RateLimiter):
     """hit spends a token, test and get_window_stats read the bucket without spending."""
@@ -92,8 +110,9 @@ class TokenBucketRateLimiter(RateLimiter):
     def __init__(self, storage):
         super().__init__(storage)
         self.tokens = _RedisTokens(storage) if isinstance(storage, RedisStorage) else storage
+        self._node_of = getattr(self.tokens, "node_of", _one_store)
         self.errors = storage.base_exceptions
-        self._broken_until = 0.0
+        self._broken_until = {}  # node (None: the one store) -> monotonic time it may be asked
         self._lock = threading.Lock()
         # What this context's last call learnt of each bucket: the rate headers after a hit
         # read it instead of asking the store a second time. forget() at the request's end.
@@ -125,17 +144,19 @@ class TokenBucketRateLimiter(RateLimiter):
 
     @property
     def broken(self):
-        """Whether the breaker is open: the store failed within the last second."""
-        return time.monotonic() < self._broken_until
+        """Whether a breaker is open: the store (or a cluster master) failed within a second."""
+        now = time.monotonic()
+        return any(now < until for until in list(self._broken_until.values()))
 
-    def _ask(self, call, *args):
-        if self.broken:
+    def _ask(self, call, key, *args):
+        node = self._node_of(key)
+        if time.monotonic() < self._broken_until.get(node, 0.0):
             raise StoreUnavailable("breaker open")
         try:
-            return call(*args)
+            return call(key, *args)
         except self.errors as exc:
             with self._lock:
-                self._broken_until = time.monotonic() + BREAKER_SECONDS
+                self._broken_until[node] = time.monotonic() + BREAKER_SECONDS
             raise StoreUnavailable(type(exc).__name__) from exc
 
     def _remember(self, key, bucket):
