@@ -40,6 +40,10 @@ def digests_match(expected, actual):
 class SealedSecretError(RuntimeError):
     """A stored secret that no key of SECRET_ENCRYPTION_KEY unseals."""
 
+    def __init__(self):
+        super().__init__("a stored secret cannot be unsealed with any key of "
+                         "SECRET_ENCRYPTION_KEY")
+
 
 def seal(secret):
     """Seal a secret to be stored, with the ring's first key, which the database records."""
@@ -58,8 +62,7 @@ def _unseal(ring_text, sealed):
     try:
         return ring.multi_fernet(ring_text).decrypt(sealed.encode("ascii")).decode("utf-8")
     except InvalidToken:
-        raise SealedSecretError(
-            "a stored secret cannot be unsealed with any key of SECRET_ENCRYPTION_KEY") from None
+        raise SealedSecretError() from None
 
 
 def reseal(sealed):
@@ -74,8 +77,7 @@ def reseal(sealed):
     try:
         return ring.multi_fernet(ring_text).rotate(token).decode("ascii")
     except InvalidToken:
-        raise SealedSecretError(
-            "a stored secret cannot be unsealed with any key of SECRET_ENCRYPTION_KEY") from None
+        raise SealedSecretError() from None
 
 
 def _ring_text():
