@@ -58,3 +58,35 @@ class Receiver:
 
     def events(self):
         return [json.loads(request["body"]) for request in self.requests]
+
+
+class DeliveryWorker:
+    """`flask --app wsgi webhooks deliver` as its own process, logging to a file."""
+
+    def __init__(self, log_path, environment):
+        import os
+
+        self.log_path = log_path
+        self.environment = {**os.environ, "FLASK_APP": "wsgi", **environment}
+        self.process = None
+
+    def start(self):
+        import subprocess
+        import sys
+
+        from tests.servers import ROOT
+
+        self._log = open(self.log_path, "ab")
+        self.process = subprocess.Popen([sys.executable, "-m", "flask", "webhooks", "deliver"],
+                                        cwd=ROOT, env=self.environment, stdout=self._log,
+                                        stderr=subprocess.STDOUT)
+        return self
+
+    def stop(self, sig=None, timeout=30):
+        import signal
+
+        if self.process.poll() is None:
+            self.process.send_signal(sig or signal.SIGTERM)
+            self.process.wait(timeout)
+        self._log.close()
+        return self.process.returncode
