@@ -234,3 +234,63 @@ def test_an_audit_entry_is_an_event_and_never_carries_a_secret(app, client, tena
     assert key_event["actor"].startswith("key:") and "api_key" not in key_event["details"]
     # leak_watch checks the bodies received too: no key or secret in any of them.
     assert leak_watch.leaks_in(b"".join(r["body"] for r in receiver.requests).decode()) == []
+
+
+def test_deliveries_are_purged_with_the_intents_after_30_days(app, client, tenant, runner,
+                                                              leak_watch):
+    import time_machine
+
+    with Receiver() as receiver:
+        with time_machine.travel(1_700_000_000, tick=False):
+            created = _create(client, tenant, receiver.url, leak_watch, events=["usage.threshold"])
+            client.post(f"/v1/tenant/webhooks/{created['id']}/test", headers=tenant.headers)
+            _deliver(app)
+        client.post(f"/v1/tenant/webhooks/{created['id']}/test", headers=tenant.headers)
+        _deliver(app)
+    assert len(_deliveries(client, tenant, created["id"])) == 2
+    result = runner.invoke(args=["intents", "purge"])  # now: more than 30 days after the first
+    # The old test event and the endpoint's audit event (raised, received by no one).
+    assert "webhooks: 1 delivery attempts and 2 events deleted" in result.output, result.output
+    (kept,) = _deliveries(client, tenant, created["id"])
+    assert kept["delivered"]
+
+
+def test_api_key_expiring_is_raised_7_days_and_1_day_before_once_each(app, client, tenant,
+                                                                       leak_watch):
+    with Receiver() as receiver:
+        _create(client, tenant, receiver.url, leak_watch, events=["api_key.expiring"])
+        created = client.post("/v1/tenant/keys", headers=tenant.headers,
+                              json={"name": "short", "expires_in": 10 * 86400}).get_json()
+        leak_watch.add(created["api_key"])
+        import time_machine
+
+        now = created["created_at"]
+        with app.app_context():
+            for moment in (now, now + 3 * 86400 + 1, now + 3 * 86400 + 2, now + 9 * 86400 + 1,
+                           now + 9 * 86400 + 2):
+                with time_machine.travel(moment, tick=False):
+                    delivery.raise_expiring_keys(moment)
+            delivery.deliver_due(app.config)
+        receiver.wait_for(2)
+    assert [event["data"] for event in receiver.events()] == [
+        {"key_id": created["id"], "expires_at": created["expires_at"]}] * 2
+    assert all(event["type"] == "api_key.expiring" for event in receiver.events())
+
+
+def test_metrics_count_attempts_by_outcome_and_the_oldest_pending_one(app, client, tenant,
+                                                                      leak_watch):
+    app.config.update(METRICS_ENABLED=True, WEBHOOK_RETRY_DELAYS=(0,))
+    with Receiver(statuses=[500]) as receiver:
+        created = _create(client, tenant, receiver.url, leak_watch, events=["usage.threshold"])
+        client.post(f"/v1/tenant/webhooks/{created['id']}/test", headers=tenant.headers)
+        client.post(f"/v1/tenant/webhooks/{created['id']}/test", headers=tenant.headers)
+        with app.app_context():
+            delivery.dispatch(0)  # two attempts due since the epoch, none made yet
+        text = client.get("/metrics").get_data(as_text=True)
+        assert "intentgate_webhook_oldest_pending_seconds 1." in text
+        _deliver(app)
+    text = client.get("/metrics").get_data(as_text=True)
+    assert 'intentgate_webhook_attempts{outcome="retried"} 2.0' in text
+    assert 'intentgate_webhook_attempts{outcome="failed"} 2.0' in text
+    assert 'intentgate_webhook_attempts{outcome="delivered"} 0.0' in text
+    assert "intentgate_webhook_oldest_pending_seconds 0.0" in text

@@ -146,3 +146,37 @@ def set_usage_alerts(tenant_id, thresholds):
     if new != old:
         audit.record(tenant_id, "usage_alerts.changed", old=old, new=new)
     return {"thresholds": new}
+
+
+RETENTION = 30 * 86400  # deliveries are kept 30 days (CONTRACT.md, Webhooks)
+
+
+def purge_deliveries(cutoff):
+    """Delete attempts made before `cutoff`, then the dispatched events older than it that no
+    attempt refers to any more; return (attempts, events) deleted."""
+    attempts = db.session.execute(
+        WebhookDelivery.__table__.delete().where(WebhookDelivery.at < cutoff)).rowcount
+    referred = select(WebhookDelivery.event_id).where(
+        WebhookDelivery.tenant_id == WebhookEvent.tenant_id,
+        WebhookDelivery.event_id == WebhookEvent.id)
+    old_events = db.session.execute(
+        WebhookEvent.__table__.delete().where(
+            WebhookEvent.created_at < cutoff, WebhookEvent.dispatched_at.is_not(None),
+            ~referred.exists())).rowcount
+    return attempts, old_events
+
+
+def delivery_stats(now):
+    """For /metrics: attempts kept (30 days) by outcome, and the age in seconds of the oldest
+    attempt that is due and not yet made (0 when none is)."""
+    made = db.session.execute(
+        select(WebhookDelivery.delivered, WebhookDelivery.next_attempt_at.is_(None), func.count())
+        .where(WebhookDelivery.at.is_not(None))
+        .group_by(WebhookDelivery.delivered, WebhookDelivery.next_attempt_at.is_(None))).all()
+    outcomes = {"delivered": 0, "retried": 0, "failed": 0}
+    for delivered, last, count in made:
+        outcomes["delivered" if delivered else "failed" if last else "retried"] += count
+    oldest = db.session.execute(
+        select(func.min(WebhookDelivery.scheduled_at))
+        .where(WebhookDelivery.at.is_(None), WebhookDelivery.scheduled_at <= now)).scalar()
+    return outcomes, 0 if oldest is None else now - oldest
