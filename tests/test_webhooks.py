@@ -4,6 +4,7 @@ functions (tests/test_multiprocess_webhooks.py runs the worker as processes)."""
 import json
 
 import pytest
+from intentgate import verify_webhook
 from standardwebhooks import Webhook, WebhookVerificationError
 
 from app.webhooks import delivery
@@ -54,6 +55,9 @@ def test_a_test_event_arrives_signed_as_standard_webhooks(app, client, tenant, l
     verified = Webhook(created["secret"]).verify(test["body"], test["headers"])
     assert verified["data"] == {"webhook_id": created["id"]}
     assert test["headers"]["webhook-id"] == queued.get_json()["event_id"]
+    # The SDK's receiver helper (sdk/README.md's Flask receiver) accepts it too.
+    received = verify_webhook(created["secret"], test["body"], test["headers"])
+    assert received["id"] == queued.get_json()["event_id"] and received["type"] == "webhook.test"
     with pytest.raises(WebhookVerificationError):
         Webhook("whsec_" + "A" * 32).verify(test["body"], test["headers"])
     assert all(entry["delivered"] and entry["state"] == "delivered"
