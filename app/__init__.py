@@ -141,11 +141,12 @@ def register_blueprints(app):
     from app.intents.routes import bp as intent_bp
     from app.tenants.routes import bp as tenant_bp
     from app.tenants.self_service_routes import bp as self_service_bp
+    from app.webhooks.routes import bp as webhooks_bp
 
     app.register_blueprint(health.bp)
     app.register_blueprint(openapi.bp)
     app.register_blueprint(metrics.bp)
-    for blueprint in (intent_bp, tenant_bp, self_service_bp, admin_bp):
+    for blueprint in (intent_bp, tenant_bp, self_service_bp, webhooks_bp, admin_bp):
         app.register_blueprint(blueprint)
 
 
@@ -154,8 +155,10 @@ def register_commands(app):
     from app.intents.cli import intents
     from app.keyring.cli import secrets
     from app.tenants.cli import tenants
+    from app.webhooks.cli import webhooks
 
     app.cli.add_command(tenants)
+    app.cli.add_command(webhooks)
     app.cli.add_command(intents)
     app.cli.add_command(admin_keys)
     app.cli.add_command(secrets)

@@ -80,6 +80,24 @@ def _flag(name, default):
     raise ConfigError(f"{name} must be true or false, got {raw!r}")
 
 
+def _delays(name, default):
+    """Seconds, comma-separated (the retry schedule)."""
+    raw = _text(name)
+    if raw is None:
+        return default
+    try:
+        delays = tuple(float(part) for part in raw.split(","))
+    except ValueError:
+        raise ConfigError(f"{name} must be seconds separated by commas, got {raw!r}") from None
+    if any(delay < 0 for delay in delays):
+        raise ConfigError(f"{name} must not hold negative delays")
+    return delays
+
+
+# CONTRACT.md, Webhooks: retried after 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h, then given up.
+WEBHOOK_RETRY_DELAYS = (5, 300, 1800, 7200, 18000, 36000, 36000)
+
+
 def _origins(name):
     raw = _text(name, "")
     return [origin.strip() for origin in raw.split(",") if origin.strip()]
@@ -121,6 +139,16 @@ def from_environment(instance_path):
         "REQUIRE_TLS": _flag("REQUIRE_TLS", None),  # unset: on in production (see validate)
         "METRICS_ENABLED": _flag("METRICS_ENABLED", False),
         "MAX_CONTENT_LENGTH": 64 * 1024,
+        # Webhooks (app/webhooks): private addresses and http:// for development and tests only.
+        "WEBHOOK_ALLOW_PRIVATE_ADDRESSES": _flag("WEBHOOK_ALLOW_PRIVATE_ADDRESSES", False),
+        "WEBHOOK_CONNECT_TIMEOUT": _number("WEBHOOK_CONNECT_TIMEOUT", 5.0),
+        "WEBHOOK_TIMEOUT": _number("WEBHOOK_TIMEOUT", 15.0),
+        # Longer than an attempt may last: a dead worker's attempt is made again after it.
+        "WEBHOOK_LEASE_SECONDS": _integer("WEBHOOK_LEASE_SECONDS", 60, minimum=1),
+        "WEBHOOK_RETRY_DELAYS": _delays("WEBHOOK_RETRY_DELAYS", WEBHOOK_RETRY_DELAYS),
+        "WEBHOOK_POLL_SECONDS": _number("WEBHOOK_POLL_SECONDS", 1.0),
+        "WEBHOOK_SWEEP_SECONDS": _number("WEBHOOK_SWEEP_SECONDS", 300.0),
+        "WEBHOOK_CA_FILE": _text("WEBHOOK_CA_FILE"),
     }
 
 
@@ -164,6 +192,9 @@ def check_redis_url(url):
     if not parts.netloc:
         raise ConfigError("REDIS_URL must name a host")
     if scheme == "redis+sentinel":
+        if not parts.path.strip("/"):  # the monitored master's name
+            raise ConfigError("REDIS_URL must look like redis+sentinel://host:port"
+                              "[,host:port...]/service-name")
         return  # the rest is the Sentinel client's to read
     try:
         parts.port  # noqa: B018 - parsing is the check
@@ -197,21 +228,6 @@ def redis_cluster_nodes(url):
     return nodes
 
 
-REDIS_SCHEMES = ("redis", "rediss", "redis+unix", "redis+cluster", "redis+sentinel")
-
-
-def _check_redis_url(url):
-    """The rate-limit store's URL names a storage of the limits library that we run on."""
-    if not url:
-        return
-    parts = urlsplit(url)
-    if parts.scheme.lower() not in REDIS_SCHEMES:
-        raise ConfigError("REDIS_URL must be a redis://, rediss://, redis+cluster:// or "
-                          "redis+sentinel:// URL")
-    if parts.scheme.lower() == "redis+sentinel" and not parts.path.strip("/"):
-        raise ConfigError("REDIS_URL must look like redis+sentinel://host:port[,host:port...]"
-                          "/service-name")
-
 
 def validate(config):
     """Fail fast on settings that cannot work together."""
@@ -229,7 +245,9 @@ def validate(config):
     if url is not None and not urlsplit(url).scheme:
         raise ConfigError("CONTEXT_STORE_URL must be an absolute URL")
     config["REDIS_CLUSTER_NODES"] = redis_cluster_nodes(config["REDIS_URL"])
-    _check_redis_url(config["REDIS_URL"])
+    if config["WEBHOOK_LEASE_SECONDS"] <= config["WEBHOOK_TIMEOUT"]:
+        raise ConfigError("WEBHOOK_LEASE_SECONDS must be longer than WEBHOOK_TIMEOUT (an "
+                          "attempt in flight would be made twice)")
     if not 0 < config["CONTEXT_STORE_DEADLINE"] < 30:  # SPEC.md's request timeout
         raise ConfigError("CONTEXT_STORE_DEADLINE must be more than 0 and less than 30 seconds")
     try:

@@ -4,6 +4,7 @@ import os
 import time
 
 from flask import Blueprint, Response, current_app, g, request
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     REGISTRY,
@@ -14,7 +15,9 @@ from prometheus_client import (
     multiprocess,
 )
 
+from app.clock import now_seconds
 from app.errors import NotFound
+from app.webhooks.service import delivery_stats
 
 bp = Blueprint("metrics", __name__)
 
@@ -55,4 +58,24 @@ def metrics():
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)
-    return Response(generate_latest(registry), mimetype=CONTENT_TYPE_LATEST)
+    webhooks = CollectorRegistry()
+    webhooks.register(WebhookDeliveries())
+    return Response(generate_latest(registry) + generate_latest(webhooks),
+                    mimetype=CONTENT_TYPE_LATEST)
+
+
+class WebhookDeliveries:
+    """Read from the database at each scrape: the delivery workers are other processes, on
+    other hosts, and the outbox is the one place that knows them all."""
+
+    def collect(self):
+        outcomes, oldest_pending = delivery_stats(now_seconds())
+        attempts = GaugeMetricFamily("intentgate_webhook_attempts",
+                                     "Webhook attempts made in the last 30 days by outcome",
+                                     labels=["outcome"])
+        for outcome, count in outcomes.items():
+            attempts.add_metric([outcome], count)
+        yield attempts
+        yield GaugeMetricFamily("intentgate_webhook_oldest_pending_seconds",
+                                "Age of the oldest webhook attempt due and not yet made",
+                                value=oldest_pending)

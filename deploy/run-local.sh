@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Run the service on the embedded defaults (SQLite under instance/, no Redis, built-in context
-# deriver) at http://127.0.0.1:8000, with a demo tenant whose fresh credentials are printed.
+# deriver) at http://127.0.0.1:8000, with a demo tenant whose fresh credentials are printed, and
+# the webhook delivery worker beside it (the demo ends with a test event sent to a receiver it
+# starts on loopback: this development setup allows private addresses and http://).
 # GUNICORN_BIND picks another address; SERVICE_LOG the log file (instance/service.log).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,13 +50,15 @@ PY
 
 errors=$(mktemp)
 server=
-# However the script ends (Ctrl-C, SIGTERM, a failed step), it stops the gunicorn it started.
+worker=
+# However the script ends (Ctrl-C, SIGTERM, a failed step), it stops the gunicorn and the
+# webhook worker it started.
 cleanup() {
   rm -f "$errors"
-  if [ -n "$server" ]; then
-    kill -TERM "$server" 2>/dev/null || true
-    wait "$server" 2>/dev/null || true
-  fi
+  for pid in $server $worker; do
+    kill -TERM "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -80,8 +84,11 @@ fi
 export GUNICORN_WORKERS=${GUNICORN_WORKERS:-2} GUNICORN_THREADS=${GUNICORN_THREADS:-4}
 BASE_URL="http://${GUNICORN_BIND%%,*}"
 mkdir -p "$(dirname "$SERVICE_LOG")"
+export WEBHOOK_ALLOW_PRIVATE_ADDRESSES=${WEBHOOK_ALLOW_PRIVATE_ADDRESSES:-true}
 "$VENV/bin/gunicorn" -c deploy/gunicorn.conf.py wsgi:app 2>>"$SERVICE_LOG" &
 server=$!
+"$VENV/bin/flask" webhooks deliver >>"$SERVICE_LOG" 2>&1 &
+worker=$!
 # Wait for our own gunicorn: if it stops (the port was taken meanwhile), say so, run nothing.
 "$VENV/bin/python" - "$BASE_URL/health" "$server" "$SERVICE_LOG" <<'PY' || exit 1
 import os, sys, time, urllib.request
@@ -111,6 +118,50 @@ cat <<MSG
 MSG
 "$VENV/bin/python" -m intentgate.demo --base-url "$BASE_URL" --api-key "$api_key" \
   --signing-secret "$signing_secret"
+# Webhooks: a receiver on loopback, an endpoint for it, a test event through the worker.
+"$VENV/bin/python" - "$BASE_URL" "$api_key" <<'PY' || fail "the webhook demo failed"
+import json, sys, threading, urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from intentgate import WebhookReceiver
+
+base_url, api_key = sys.argv[1], sys.argv[2]
+received, verified = threading.Event(), {}
+
+class Handler(BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        event = verified["receiver"].verify(body, self.headers)
+        if event["type"] == "webhook.test":
+            verified["event"] = event
+            received.set()
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+def call(method, path, body=None):
+    request = urllib.request.Request(base_url + path, method=method,
+                                     data=None if body is None else json.dumps(body).encode(),
+                                     headers={"X-Service-Key": api_key,
+                                              "Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        return json.load(answer)
+
+server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+url = f"http://127.0.0.1:{server.server_address[1]}/hooks"
+endpoint = call("POST", "/v1/tenant/webhooks", {"url": url, "events": ["usage.threshold"]})
+verified["receiver"] = WebhookReceiver(endpoint["secret"])
+try:
+    call("POST", f"/v1/tenant/webhooks/{endpoint['id']}/test")
+    if not received.wait(30):
+        sys.exit("deploy/run-local.sh: no test webhook arrived within 30 s")
+    print(f"  webhook.test delivered and verified -> {verified['event']['id']}")
+finally:
+    call("DELETE", f"/v1/tenant/webhooks/{endpoint['id']}")
+    server.shutdown()
+PY
 cat <<MSG
 
   Try:  curl -s $BASE_URL/v1/tenant/usage -H "X-Service-Key: $api_key"

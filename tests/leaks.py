@@ -11,7 +11,7 @@ from flask import request_finished, request_started
 
 from app.logs import JsonLineFormatter
 
-SECRET_FIELDS = ("api_key", "signing_secret", "new_key")
+SECRET_FIELDS = ("api_key", "signing_secret", "new_key", "secret")
 PRIVATE_KEY_MARKER = "PRIVATE KEY-----"
 
 

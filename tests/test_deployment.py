@@ -148,8 +148,11 @@ def test_compose_and_systemd_files_are_well_formed():
     assert compose["services"]["migrate"]["command"] == ["flask", "db", "upgrade"]
     assert compose["services"]["app"]["depends_on"]["migrate"]["condition"] == \
         "service_completed_successfully"
+    assert compose["services"]["webhooks"]["command"] == ["flask", "webhooks", "deliver"]
+    assert compose["services"]["webhooks"]["image"] == compose["services"]["app"]["image"]
     for unit, sections in [("intentgate.service", {"Unit", "Service", "Install"}),
                            ("intentgate-purge.service", {"Unit", "Service"}),
+                           ("intentgate-webhooks.service", {"Unit", "Service", "Install"}),
                            ("intentgate-purge.timer", {"Unit", "Timer", "Install"})]:
         parser = configparser.ConfigParser(strict=False, interpolation=None)
         parser.optionxform = str

@@ -84,7 +84,7 @@ def test_run_local_runs_the_demo_and_stops_its_server_on_sigterm(environment):
     assert f"Intent verification service on http://127.0.0.1:{port}" in output, (
         output + process.stderr.read())
     for expected in ("cleared ->", "blocked -> InvalidSignature",
-                     "replay blocked -> ReplayedIntent"):
+                     "replay blocked -> ReplayedIntent", "webhook.test delivered and verified ->"):
         assert expected in output
     with pytest.raises(ConnectionRefusedError):  # the script's gunicorn is gone with it
         socket.create_connection(("127.0.0.1", port), timeout=10).close()

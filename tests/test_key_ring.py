@@ -9,14 +9,15 @@ import sys
 import pytest
 from cryptography.fernet import Fernet, InvalidToken
 from flask_migrate import upgrade
-from sqlalchemy import text
+from sqlalchemy import create_engine, text
 
 from app import create_app, crypto
-from app.config import KeyRingMismatch
+from app.config import KeyRingMismatch, normalize_database_url
 from app.extensions import db
 from app.keyring import ring
 from app.sql import unit_of_work
 from app.tenants import service as tenant_service
+from app.webhooks import service as webhook_service
 from tests.servers import ROOT, free_port
 from tests.support import Credentials, assert_envelope, scale_response
 
@@ -85,7 +86,8 @@ def _sealed(app):
             "SELECT signing_secret_sealed FROM tenants UNION ALL"
             " SELECT previous_signing_secret_sealed FROM tenants"
             " WHERE previous_signing_secret_sealed IS NOT NULL UNION ALL"
-            " SELECT signing_secret_sealed FROM admin_keys")).scalars().all()
+            " SELECT signing_secret_sealed FROM admin_keys UNION ALL"
+            " SELECT secret_sealed FROM webhook_endpoints")).scalars().all()
         db.session.remove()
     return rows
 
@@ -143,7 +145,11 @@ def test_reseal_moves_every_secret_and_an_interrupted_run_resumes(ring_app, leak
     tenants = [_provision(app_a, leak_watch, f"t{index}@example.com") for index in range(4)]
     tenants.append(_provision(app_a, leak_watch, "graced@example.com", grace_seconds=3600))
     admin = _admin_key(app_a, leak_watch, "internal")
-    assert len(_sealed(app_a)) == 7  # five tenants, one previous secret, one admin key
+    with app_a.app_context(), unit_of_work():  # a webhook endpoint's secret is sealed too
+        _, webhook_secret = webhook_service.create_endpoint(
+            tenants[0].tenant_id, "https://93.184.216.34/hooks")
+    leak_watch.add(webhook_secret)
+    assert len(_sealed(app_a)) == 8  # five tenants, one previous secret, an admin key, a webhook
 
     app = ring_app(f"{KEY_B},{KEY_A}")
     runner = app.test_cli_runner()
@@ -158,6 +164,9 @@ def test_reseal_moves_every_secret_and_an_interrupted_run_resumes(ring_app, leak
     with pytest.raises(KeyRingMismatch, match=MISMATCH):
         ring_app(KEY_B)
 
+    with app.app_context():
+        webhook_id = db.session.execute(text("SELECT id FROM webhook_endpoints")).scalar_one()
+        db.session.remove()
     second = runner.invoke(args=["secrets", "reseal", "--batch-size", "2"])
     assert second.exit_code == 0, second.output
     assert second.output.splitlines() == [
@@ -165,7 +174,9 @@ def test_reseal_moves_every_secret_and_an_interrupted_run_resumes(ring_app, leak
         "tenants 3-4: 2 re-sealed, 2 already sealed with the first key",
         "tenants 5-5: 4 re-sealed, 2 already sealed with the first key",
         "admin_keys 1-1: 5 re-sealed, 2 already sealed with the first key",
-        "done: 5 re-sealed, 2 already sealed with the first key; the database now records the "
+        f"webhook_endpoints {webhook_id}-{webhook_id}: 6 re-sealed, 2 already sealed with the "
+        "first key",
+        "done: 6 re-sealed, 2 already sealed with the first key; the database now records the "
         "first key only",
     ]
     assert all(_sealed_with(KEY_B, token) and not _sealed_with(KEY_A, token)
@@ -174,7 +185,7 @@ def test_reseal_moves_every_secret_and_an_interrupted_run_resumes(ring_app, leak
 
     again = runner.invoke(args=["secrets", "reseal"])
     assert again.exit_code == 0 and again.output.endswith(
-        "done: 0 re-sealed, 7 already sealed with the first key; the database now records the "
+        "done: 0 re-sealed, 8 already sealed with the first key; the database now records the "
         "first key only\n")
 
     # The old key is gone from the ring; every secret, the previous one included, still works.
@@ -262,8 +273,19 @@ def _sealed_environment(database_url, revision="head"):
            if not key.startswith(("GUNICORN_", "TLS_", "FLASK_", "SECRET_"))}
     env.update(DATABASE_URL=database_url, REDIS_URL="", FLASK_APP="wsgi",
                SECRET_ENCRYPTION_KEY=KEY_A)
-    for command in (["db", "upgrade", revision], ["tenants", "create", "--email", "a@example.com"]):
-        assert _flask(env, *command).returncode == 0
+    assert _flask(env, "db", "upgrade", revision).returncode == 0
+    if revision == "head":
+        assert _flask(env, "tenants", "create", "--email", "a@example.com").returncode == 0
+        return env
+    # Today's code writes rows for today's schema: the tenant as that release stored it.
+    engine = create_engine(normalize_database_url(database_url))
+    with engine.begin() as connection:
+        connection.execute(text(
+            "INSERT INTO tenants (email, plan, active, signing_secret_sealed, signature_scheme,"
+            " created_at) VALUES ('a@example.com', 'free', :active, :sealed, 'bound',"
+            " CURRENT_TIMESTAMP)"),
+            {"active": True, "sealed": Fernet(KEY_A).encrypt(b"sig_live_" + b"a" * 64).decode()})
+    engine.dispose()
     return env
 
 

@@ -217,3 +217,49 @@ def test_the_upgrade_records_the_key_that_sealed_the_secrets_and_downgrades(base
         db.session.remove()
         db.engine.dispose()
     app.extensions["database"].engine.dispose()
+
+
+BEFORE_WEBHOOKS = "e3a5c7d9f142"
+
+
+def test_tenants_made_before_webhooks_get_the_default_usage_alerts_and_back(
+        base_settings, empty_database_url, leak_watch):
+    app = create_app({**base_settings, "SQLALCHEMY_DATABASE_URI": empty_database_url})
+    api_key = crypto.new_api_key()
+    leak_watch.add(api_key)
+    with app.app_context():
+        upgrade(revision=BEFORE_WEBHOOKS)
+        tenant_id = _old_tenant("alerts@example.com")
+        db.session.execute(text(
+            "INSERT INTO api_keys (id, tenant_id, name, key_digest, prefix, scopes, created_at)"
+            " VALUES ('ak_old', :tenant, 'default', :digest, :prefix, :scopes, 1)"),
+            {"tenant": tenant_id, "digest": crypto.key_digest(api_key),
+             "prefix": crypto.display_prefix(api_key),
+             "scopes": "intents usage:read keys:write signing:write webhooks:write"})
+        db.session.commit()
+        upgrade()
+        db.session.remove()
+    client = app.test_client()
+    headers = {"X-Service-Key": api_key}
+    assert client.get("/v1/tenant/usage-alerts", headers=headers).get_json() == {
+        "thresholds": [80, 100]}
+    with app.app_context():
+        downgrade(revision=BEFORE_WEBHOOKS)
+        tables = set(inspect(db.engine).get_table_names())
+        assert not {"webhook_endpoints", "webhook_events", "webhook_deliveries",
+                    "usage_alerts"} & tables
+        if TEST_DATABASE_URL:  # the previous release's verify function is back and counts
+            row = db.session.execute(text(
+                "SELECT reason, usage_count FROM intentgate_verify(1, 'sha256:x', :owner, 'm',"
+                " true, 1, 60, :tenant, :period, '2026-01-01', 1000)"),
+                {"owner": f"tenant:{tenant_id}", "tenant": tenant_id,
+                 "period": billing_period()}).one()
+            assert row == ("UnknownIntent", 1)
+        db.session.commit()
+        db.session.remove()
+        upgrade()
+        db.session.remove()
+        db.engine.dispose()
+    assert client.get("/v1/tenant/usage-alerts", headers=headers).get_json() == {
+        "thresholds": [80, 100]}
+    app.extensions["database"].engine.dispose()

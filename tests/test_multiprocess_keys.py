@@ -6,9 +6,6 @@ from concurrent.futures import ThreadPoolExecutor
 import requests
 
 
-# A key that rolls keys: the scopes the tests' second keys need (new keys hold intents only).
-KEY_MANAGER = ["intents", "usage:read", "keys:write"]
-
 def test_rotated_key_is_refused_by_every_worker_at_once(gunicorn, tenant):
     server = gunicorn(workers=4, AUTH_FAILURE_LIMIT="1000 per minute")
     old = {"X-Service-Key": tenant.api_key}
@@ -48,6 +45,10 @@ def test_concurrent_rotations_with_one_key_have_exactly_one_winner(gunicorn, mak
                             headers={"X-Service-Key": winner}).status_code == 200
 
 
+# What a key needs to list and revoke keys (a new key holds only "intents" by default).
+MANAGES_KEYS = ["usage:read", "keys:write"]
+
+
 def _keys(server, headers):
     return requests.get(server.url + "/v1/tenant/keys", headers=headers, timeout=5)
 
@@ -57,8 +58,9 @@ def test_rollover_with_a_second_key_across_workers(gunicorn, tenant):
     revoked key is refused by whichever worker answers, from the revocation's response on."""
     server = gunicorn(workers=4, AUTH_FAILURE_LIMIT="1000 per minute")
     old = {"X-Service-Key": tenant.api_key}
+    # The deployed key lists and revokes keys here: it holds those scopes (not the default).
     created = requests.post(server.url + "/v1/tenant/keys", headers=old, timeout=5,
-                            json={"name": "next", "scopes": KEY_MANAGER})
+                            json={"name": "next", "scopes": MANAGES_KEYS})
     assert created.status_code == 201
     new = {"X-Service-Key": created.json()["api_key"]}
     old_id = next(key["id"] for key in _keys(server, new).json()["keys"] if key["name"] != "next")
@@ -82,7 +84,7 @@ def test_concurrent_revokes_of_the_last_two_keys_leave_exactly_one(gunicorn, mak
         tenant = make_tenant("pro")
         first = {"X-Service-Key": tenant.api_key}
         created = requests.post(server.url + "/v1/tenant/keys", headers=first, timeout=5,
-                                json={"name": "second", "scopes": KEY_MANAGER}).json()
+                                json={"name": "second", "scopes": MANAGES_KEYS}).json()
         second = {"X-Service-Key": created["api_key"]}
         first_id = next(key["id"] for key in _keys(server, first).json()["keys"]
                         if key["id"] != created["id"])

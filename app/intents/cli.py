@@ -6,6 +6,7 @@ from app.cli_support import one_line_errors
 from app.clock import now_seconds
 from app.intents import service
 from app.sql import unit_of_work
+from app.webhooks import service as webhooks
 
 intents = AppGroup("intents", help="Maintain issued intents.")
 
@@ -16,7 +17,8 @@ intents = AppGroup("intents", help="Maintain issued intents.")
 @click.option("--batch-size", type=click.IntRange(1, 100_000), default=1000, show_default=True)
 @one_line_errors
 def purge(retention, batch_size):
-    """Delete intents (and their replay records) expired longer ago than the margin."""
+    """Delete intents (and their replay records) expired longer ago than the margin, and
+    webhook deliveries older than 30 days."""
     cutoff, purged = now_seconds() - retention, 0
     while True:
         with unit_of_work():  # one transaction a batch: no long lock on a large table
@@ -28,3 +30,6 @@ def purge(retention, batch_size):
     with unit_of_work():
         stale = service.purge_idempotency_records()
     click.echo(f"done: {purged} intents and {stale} idempotency records deleted")
+    with unit_of_work():  # webhook deliveries are kept 30 days, and purged with the intents
+        attempts, events = webhooks.purge_deliveries(now_seconds() - webhooks.RETENTION)
+    click.echo(f"webhooks: {attempts} delivery attempts and {events} events deleted")

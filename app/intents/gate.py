@@ -24,6 +24,7 @@ from app.intents.models import Intent, SeenResponse
 from app.intents.signature import canonical_json, ed25519_matches, matches, signing_message
 from app.tenants import metering
 from app.tenants.plans import monthly_limit
+from app.webhooks import events
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,8 @@ def verify(principal, original_intent_hash, response):
     metered = principal.kind == "tenant"
     if metered:
         params.update(tenant_id=principal.id, period=billing_period(), day=utc_day(),
-                      plan_limit=monthly_limit(principal.tenant.plan))
+                      plan_limit=monthly_limit(principal.tenant.plan),
+                      event_id=events.new_event_id())
     if database.current().composes_writes:
         return _in_one_statement(metered, params)
     return _step_by_step(metered, params)
@@ -139,7 +141,9 @@ def _composed(metered):
     # The day's row by outcome, in the statement that counts the month: they always agree.
     daily = metering.count_daily_statement(verdict.c.reason, verdict,
                                            exists(select(counted.c.usage_count))).cte("daily")
-    return select(verdict.c.reason, *columns).add_cte(daily)
+    # usage.threshold, raised by the one verification whose count crosses a threshold.
+    alerted = events.threshold_statement(counted).cte("alerted")
+    return select(verdict.c.reason, *columns).add_cte(daily).add_cte(alerted)
 
 
 # A tenant's verify, the hot path, is a function PostgreSQL plans once per connection; an admin
@@ -149,7 +153,7 @@ VERIFY_FUNCTION = database.Function(
     arguments=[("now", "bigint"), ("intent_hash", "text"), ("owner", "text"),
                ("match_id", "text"), ("signature_ok", "boolean"), ("timestamp", "bigint"),
                ("skew", "bigint"), ("tenant_id", "integer"), ("period", "text"), ("day", "text"),
-               ("plan_limit", "bigint")],
+               ("plan_limit", "bigint"), ("event_id", "text")],
     returns=[("reason", "text"), ("usage_count", "bigint")],
 )
 
@@ -171,8 +175,12 @@ def _stepped(build):
 
 
 def _step_by_step(metered, params):
-    if metered and database.first("count", metering.count_statement, params) is None:
-        metering.refuse_over_limit()
+    if metered:
+        counted = database.first("count", metering.count_statement, params)
+        if counted is None:
+            metering.refuse_over_limit()
+        database.execute("raise_thresholds", events.threshold_statement,
+                         {**params, "usage_count": counted.usage_count})
     known = database.first("read_intent", _read_intent, params)
     consumed = database.first("consume_intent", _consume, params)
     params.update(expires_at=known and known.expires_at, issued_at=known and known.issued_at,

@@ -19,12 +19,14 @@ from app.extensions import db
 from app.keyring import ring
 from app.keyring.models import SecretKeyCheck
 from app.tenants.models import Tenant
+from app.webhooks.models import WebhookEndpoint
 
 log = logging.getLogger(__name__)
 
 # Every column that holds a sealed secret: reseal walks them all, the first check samples them.
 SEALED_COLUMNS = ((Tenant, ("signing_secret_sealed", "previous_signing_secret_sealed")),
-                  (AdminKey, ("signing_secret_sealed",)))
+                  (AdminKey, ("signing_secret_sealed",)),
+                  (WebhookEndpoint, ("secret_sealed", "previous_secret_sealed")))
 # How many of the newest secrets of each table a database without check values is judged by.
 SAMPLE = 20
 MISMATCH = ("SECRET_ENCRYPTION_KEY cannot unseal the secrets in this database: a key that sealed "
@@ -112,8 +114,10 @@ def _verified(connection, config):
 def _unsealing_keys(connection, ring_text):
     """The check values of the ring's keys that unseal some of the newest stored secrets;
     None when nothing is stored."""
-    tokens = [token for model, columns in SEALED_COLUMNS for token in connection.scalars(
-        select(getattr(model, columns[0])).order_by(model.id.desc()).limit(SAMPLE))]
+    tables = inspect(connection)  # a database not migrated this far may lack some of them
+    tokens = [token for model, columns in SEALED_COLUMNS
+              if tables.has_table(model.__tablename__) for token in connection.scalars(
+                  select(getattr(model, columns[0])).order_by(model.id.desc()).limit(SAMPLE))]
     if not tokens:
         return None
     return {ring.check_value(key) for key in ring.keys(ring_text)

@@ -32,14 +32,15 @@ def run(batch_size, max_batches, report):
     When every secret is sealed with the first key, the database records only that key."""
     tally, busy_batches = Tally(), 0
     for model, columns in checks.SEALED_COLUMNS:
-        after_id = 0
+        after_id = None
         while True:
             resealed_before = tally.resealed
             with unit_of_work():  # a transaction per batch: locks held briefly, progress kept
-                last_id = _reseal_batch(model, columns, after_id, batch_size, tally)
-            if last_id is None:
+                batch = _reseal_batch(model, columns, after_id, batch_size, tally)
+            if batch is None:
                 break
-            report(model.__tablename__, after_id + 1, last_id, tally)
+            first_id, last_id = batch
+            report(model.__tablename__, first_id, last_id, tally)
             after_id = last_id
             busy_batches += tally.resealed > resealed_before
             if max_batches is not None and busy_batches >= max_batches:
@@ -52,12 +53,13 @@ def run(batch_size, max_batches, report):
 
 
 def _reseal_batch(model, columns, after_id, batch_size, tally):
-    """Re-seal the secrets of up to `batch_size` rows with ids after `after_id`; return the
-    last id read, or None when there is none."""
-    rows = db.session.execute(
-        select(model.id, *(getattr(model, column) for column in columns))
-        .where(model.id > after_id).order_by(model.id).limit(batch_size)
-    ).all()
+    """Re-seal the secrets of up to `batch_size` rows with ids after `after_id` (None: from the
+    first); return the first and last ids read, or None when there is none. Ids are integers or strings
+    (webhook endpoints): either way the order is the column's own."""
+    query = select(model.id, *(getattr(model, column) for column in columns))
+    if after_id is not None:
+        query = query.where(model.id > after_id)
+    rows = db.session.execute(query.order_by(model.id).limit(batch_size)).all()
     for row in rows:
         for column in columns:
             sealed = getattr(row, column)
@@ -78,4 +80,4 @@ def _reseal_batch(model, columns, after_id, batch_size, tally):
                 tally.resealed += 1
             else:
                 tally.changed += 1
-    return rows[-1].id if rows else None
+    return (rows[0].id, rows[-1].id) if rows else None

@@ -1,5 +1,6 @@
 """The audit log: who changed a tenant's keys, signing secret or keys, scheme, plan or active
-flag, written by the service that makes the change, in the same transaction. Never a secret."""
+flag, written by the service that makes the change, in the same transaction. Never a secret.
+Each entry is also an `audit.<action>` webhook event, raised in that same transaction."""
 import json
 
 from flask import g, has_request_context
@@ -10,6 +11,7 @@ from app.extensions import db
 from app.tenants.tenant_row import existing_tenant, locked_tenant
 from app.tenants.models import AuditEntry
 from app.traffic.addresses import client_address
+from app.webhooks import events
 
 
 def record(tenant_id, action, **details):
@@ -21,13 +23,15 @@ def record(tenant_id, action, **details):
         .where(AuditEntry.tenant_id == tenant_id)
     ).scalar_one()
     in_request = has_request_context()
-    db.session.add(AuditEntry(
+    entry = AuditEntry(
         tenant_id=tenant_id, id=next_id, at=now_seconds(), action=action, actor=_actor(),
         request_id=g.get("request_id") if in_request else None,
         address=client_address() if in_request else None,
         details=json.dumps(details, sort_keys=True) if details else None,
-    ))
+    )
+    db.session.add(entry)
     db.session.flush()
+    events.raise_event(tenant_id, events.AUDIT_PREFIX + action, _listed(entry), entry.at)
 
 
 def _actor():
@@ -49,6 +53,11 @@ def entries(tenant_id, limit=50, before=None):
     if before is not None:
         query = query.where(AuditEntry.id < before)
     rows = db.session.execute(query.order_by(AuditEntry.id.desc()).limit(limit)).scalars().all()
-    return [{"id": row.id, "at": row.at, "action": row.action, "actor": row.actor,
-             "request_id": row.request_id, "address": row.address,
-             "details": json.loads(row.details) if row.details else {}} for row in rows]
+    return [_listed(row) for row in rows]
+
+
+def _listed(row):
+    """An entry as the listing and its webhook event show it."""
+    return {"id": row.id, "at": row.at, "action": row.action, "actor": row.actor,
+            "request_id": row.request_id, "address": row.address,
+            "details": json.loads(row.details) if row.details else {}}

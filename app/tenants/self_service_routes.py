@@ -37,12 +37,12 @@ limits.declare(bp)
 TENANT_NOT_FOUND = "`tenant not found` (admin paths)."
 
 
-def operation(method, rule):
-    """Route one view on both paths of its operation."""
+def operation(method, rule, blueprint=bp):
+    """Route one view on both paths of its operation (on `blueprint`, url_prefix /v1)."""
 
     def register(view):
         for prefix in ("/tenant", "/admin/tenants/<int:tenant_id>"):
-            bp.route(prefix + rule, methods=[method])(view)
+            blueprint.route(prefix + rule, methods=[method])(view)
         return view
 
     return register

@@ -12,6 +12,7 @@ from app.sql import MAX_ID, insert_unique
 from app.tenants import audit, keys, mail, scopes, signing
 from app.tenants.models import MonthlyUsage, Tenant
 from app.tenants.plans import PAID_PLANS, monthly_limit
+from app.webhooks import events
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,7 @@ def create_tenant(email, plan):
     }, "a tenant with this email already exists")
     # A tenant's first key holds every scope: it is how the tenant makes narrower ones.
     key, api_key = keys.issue(tenant.id, scopes.ALL)
+    events.set_thresholds(tenant.id, events.DEFAULT_THRESHOLDS)
     audit.record(tenant.id, "tenant.created", plan=plan, key_id=key.id, prefix=key.prefix,
                  scopes=scopes.listed(key.scopes))
     log.info("tenant created", extra={"tenant_id": tenant.id, "plan": plan})

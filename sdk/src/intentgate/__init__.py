@@ -18,11 +18,13 @@ from intentgate.signing import (
     sign_response_ed25519,
     signing_message,
 )
+from intentgate.webhooks import WebhookReceiver, WebhookVerificationError, verify_webhook
 
 __all__ = [
     "AuthenticationError", "Blocked", "Client", "Ed25519KeyPair", "IntentGateError",
     "IntentSignature", "InvalidSigningKey", "KeyRotation", "QuotaExceededError",
     "RateLimitError", "ScaleResponse", "ServiceError", "UnsignablePayload", "Usage",
-    "ValidationError", "VerificationResult", "generate_ed25519_key_pair", "sign_response",
-    "sign_response_ed25519", "signing_message",
+    "ValidationError", "VerificationResult", "WebhookReceiver", "WebhookVerificationError",
+    "generate_ed25519_key_pair", "sign_response", "sign_response_ed25519", "signing_message",
+    "verify_webhook",
 ]

@@ -1,0 +1,192 @@
+"""The delivery worker (`flask --app wsgi webhooks deliver`): fans events out of the outbox,
+makes each due attempt, records it and schedules the next (CONTRACT.md, Webhooks).
+
+Any number of workers may run on any hosts. Each step is a short transaction: a worker claims
+a due attempt by leasing it (`FOR UPDATE SKIP LOCKED` on PostgreSQL, so concurrent workers
+pass over each other's rows; SQLite's BEGIN IMMEDIATE serialises the claims), makes the HTTP
+call outside any transaction, then records the outcome only if it still holds the lease. A
+worker killed mid-attempt records nothing: when its lease runs out (WEBHOOK_LEASE_SECONDS,
+longer than an attempt may last) another worker makes the attempt again. Delivery is at least
+once; receivers deduplicate by webhook-id, which is the same on every attempt.
+"""
+import http.client
+import logging
+import random
+import secrets
+import time
+
+from flask import current_app
+from sqlalchemy import and_, literal, not_, exists, or_, select, update
+
+from app.clock import now_seconds
+from app.extensions import db
+from app.sql import unit_of_work
+from app.tenants.models import ApiKey
+from app.webhooks import events, signatures, ssrf
+from app.webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookEvent
+from app.webhooks.service import secrets_in_force
+
+log = logging.getLogger(__name__)
+
+USER_AGENT = "intentgate-webhooks/1"
+DAY = 86400
+# (notice, seconds before expiry it covers, down to the next notice): one event each.
+EXPIRY_NOTICES = (("7d", 7 * DAY, DAY), ("1d", DAY, 0))
+DISPATCH_BATCH = 100
+
+
+def dispatch(now):
+    """Give each undispatched event one first attempt per endpoint that receives it; return
+    how many events were dispatched."""
+    with unit_of_work():
+        pending = db.session.execute(
+            select(WebhookEvent).where(WebhookEvent.dispatched_at.is_(None))
+            .order_by(WebhookEvent.created_at).limit(DISPATCH_BATCH)
+            .with_for_update(skip_locked=True)).scalars().all()
+        endpoints = {}
+        for event in pending:
+            if event.tenant_id not in endpoints:
+                endpoints[event.tenant_id] = db.session.execute(
+                    select(WebhookEndpoint.id, WebhookEndpoint.events)
+                    .where(WebhookEndpoint.tenant_id == event.tenant_id)).all()
+            for endpoint_id, subscribed in endpoints[event.tenant_id]:
+                if (endpoint_id == event.endpoint_id if event.endpoint_id
+                        else events.receives(subscribed.split(), event.type)):
+                    db.session.add(WebhookDelivery(
+                        tenant_id=event.tenant_id, id=events.new_id("whd_"),
+                        endpoint_id=endpoint_id, event_id=event.id, attempt=1,
+                        scheduled_at=now, delivered=False))
+            event.dispatched_at = now
+    return len(pending)
+
+
+def claim(now, lease_seconds):
+    """Lease one due attempt; return (attempt, endpoint, event, lease token) or None."""
+    token = secrets.token_hex(8)
+    with unit_of_work():
+        attempt = db.session.execute(
+            select(WebhookDelivery)
+            .where(WebhookDelivery.at.is_(None), WebhookDelivery.scheduled_at <= now,
+                   or_(WebhookDelivery.leased_until.is_(None),
+                       WebhookDelivery.leased_until < now))
+            .order_by(WebhookDelivery.scheduled_at).limit(1)
+            .with_for_update(skip_locked=True)).scalar_one_or_none()
+        if attempt is None:
+            return None
+        attempt.leased_until, attempt.lease_token = now + lease_seconds, token
+        endpoint = db.session.get(WebhookEndpoint, (attempt.tenant_id, attempt.endpoint_id))
+        event = db.session.get(WebhookEvent, (attempt.tenant_id, attempt.event_id))
+    return attempt, endpoint, event, token
+
+
+def attempt_once(attempt, endpoint, event, config):
+    """Make the HTTP call; return (status_code or None, error text or None, delivered)."""
+    if endpoint is None or event is None:  # deleted since: its attempts are gone with it
+        return None, "endpoint deleted", False
+    now = now_seconds()
+    body = events.body(event)
+    headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT,
+               **signatures.headers(secrets_in_force(endpoint, now), event.id, now, body)}
+    try:
+        status, _ = ssrf.post(endpoint.url, body, headers,
+                              config["WEBHOOK_ALLOW_PRIVATE_ADDRESSES"],
+                              config["WEBHOOK_CONNECT_TIMEOUT"], config["WEBHOOK_TIMEOUT"],
+                              ca_file=config["WEBHOOK_CA_FILE"])
+    except ssrf.Refused as refused:
+        return None, str(refused), False
+    except TimeoutError:
+        return None, "no answer within the deadline", False
+    except (OSError, http.client.HTTPException) as exc:
+        return None, f"connection failed: {type(exc).__name__}", False
+    if 200 <= status < 300:
+        return status, None, True
+    if 300 <= status < 400:
+        return status, "redirect not followed", False
+    return status, f"status {status}", False
+
+
+def record(attempt, token, outcome, config, now):
+    """Record the attempt (if this worker still holds its lease) and schedule the next one,
+    or give the event up after the last."""
+    status_code, error, delivered = outcome
+    delays = config["WEBHOOK_RETRY_DELAYS"]
+    next_at = None
+    if not delivered and attempt.attempt <= len(delays):
+        delay = delays[attempt.attempt - 1]
+        next_at = now + round(delay * random.uniform(0.9, 1.1))  # jitter: no thundering herd
+    with unit_of_work():
+        made = db.session.execute(
+            update(WebhookDelivery)
+            .where(WebhookDelivery.tenant_id == attempt.tenant_id,
+                   WebhookDelivery.id == attempt.id, WebhookDelivery.lease_token == token,
+                   WebhookDelivery.at.is_(None))
+            .values(at=now, status_code=status_code, error=error, delivered=delivered,
+                    next_attempt_at=next_at, leased_until=None)).rowcount
+        if made and next_at is not None:
+            db.session.add(WebhookDelivery(
+                tenant_id=attempt.tenant_id, id=events.new_id("whd_"),
+                endpoint_id=attempt.endpoint_id, event_id=attempt.event_id,
+                attempt=attempt.attempt + 1, scheduled_at=next_at, delivered=False))
+    log.info("webhook attempt", extra={
+        "tenant_id": attempt.tenant_id, "webhook_id": attempt.endpoint_id,
+        "event_id": attempt.event_id, "attempt": attempt.attempt, "status": status_code,
+        "outcome": "delivered" if delivered else ("retrying" if next_at else "failed"),
+        "recorded": bool(made)})
+    return bool(made)
+
+
+def raise_expiring_keys(now):
+    """api_key.expiring 7 days and 1 day before a key expires, once each (the dedupe key)."""
+    raised = 0
+    with unit_of_work():
+        for notice, before, until in EXPIRY_NOTICES:
+            dedupe = literal(events.API_KEY_EXPIRING + ":") + ApiKey.id + literal(":" + notice)
+            due = db.session.execute(
+                select(ApiKey.tenant_id, ApiKey.id, ApiKey.expires_at)
+                .where(ApiKey.revoked_at.is_(None), ApiKey.expires_at > now + until,
+                       ApiKey.expires_at <= now + before,
+                       not_(exists().where(and_(WebhookEvent.tenant_id == ApiKey.tenant_id,
+                                                WebhookEvent.dedupe_key == dedupe))))).all()
+            for tenant_id, key_id, expires_at in due:
+                raised += events.raise_event(
+                    tenant_id, events.API_KEY_EXPIRING,
+                    {"key_id": key_id, "expires_at": expires_at}, now,
+                    dedupe_key=f"{events.API_KEY_EXPIRING}:{key_id}:{notice}") is not None
+    return raised
+
+
+def deliver_due(config, now=None):
+    """One pass: dispatch new events, make every attempt due now; return how many were made."""
+    made = 0
+    while dispatch(now_seconds() if now is None else now):
+        pass
+    while True:
+        claimed = claim(now_seconds() if now is None else now, config["WEBHOOK_LEASE_SECONDS"])
+        if claimed is None:
+            return made
+        attempt, endpoint, event, token = claimed
+        outcome = attempt_once(attempt, endpoint, event, config)
+        record(attempt, token, outcome, config, now_seconds())
+        made += 1
+
+
+def run(stopping):
+    """The worker's loop, until `stopping` (a threading.Event) is set: an attempt in flight is
+    finished first, so SIGTERM never cuts one short."""
+    config = current_app.config
+    next_sweep = 0.0
+    log.info("webhook worker started")
+    while not stopping.is_set():
+        if time.monotonic() >= next_sweep:
+            raise_expiring_keys(now_seconds())
+            next_sweep = time.monotonic() + config["WEBHOOK_SWEEP_SECONDS"]
+        busy = dispatch(now_seconds())
+        claimed = None if stopping.is_set() else claim(now_seconds(),
+                                                       config["WEBHOOK_LEASE_SECONDS"])
+        if claimed is not None:
+            attempt, endpoint, event, token = claimed
+            record(attempt, token, attempt_once(attempt, endpoint, event, config), config,
+                   now_seconds())
+        elif not busy:
+            stopping.wait(config["WEBHOOK_POLL_SECONDS"])
+    log.info("webhook worker stopped")

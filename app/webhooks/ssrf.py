@@ -1,0 +1,163 @@
+"""Outbound HTTP to a tenant's URL without letting it reach inside our network (SSRF).
+
+A webhook URL is the tenant's choice, so it is checked twice: when registered, and at every
+connection. At connection time the host is resolved once, every address must be global, and
+the socket connects to one of exactly those addresses (TLS still verifies the certificate for
+the host name, SNI included): a DNS answer that changes between the check and the connect
+(rebinding) cannot steer the request elsewhere. Redirects are never followed (http.client
+follows none); at most MAX_ANSWER bytes of the answer are read, within one total deadline.
+`allow_private` (WEBHOOK_ALLOW_PRIVATE_ADDRESSES, development and tests) lifts the address
+rule and allows http://.
+"""
+import http.client
+import ipaddress
+import socket
+import ssl
+import threading
+import time
+from urllib.parse import urlsplit
+
+from app.errors import BadRequest
+
+MAX_ANSWER = 4096
+HTTPS_ONLY = "url must be an https:// URL"
+NOT_PUBLIC = "url must point to a public address"
+UNRESOLVABLE = "url's host could not be resolved"
+MALFORMED = "url must be an absolute URL with a host"
+
+
+class Refused(Exception):
+    """The URL may not be called; the text is safe to show the tenant."""
+
+
+def check_url(url, allow_private):
+    """Raise 400 unless `url` may be registered (a registration-time check)."""
+    try:
+        target(url, allow_private)
+    except Refused as refused:
+        raise BadRequest(str(refused), details={"url": [str(refused)]}) from None
+
+
+def target(url, allow_private):
+    """(scheme, host, port, path, addresses) of a URL that may be called now."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        raise Refused(MALFORMED) from None
+    schemes = ("https", "http") if allow_private else ("https",)
+    if parts.scheme not in schemes:
+        raise Refused(HTTPS_ONLY)
+    if not parts.hostname or parts.username is not None or parts.password is not None:
+        raise Refused(MALFORMED)
+    port = port or (443 if parts.scheme == "https" else 80)
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return parts.scheme, parts.hostname, port, path, _addresses(parts.hostname, port,
+                                                                allow_private)
+
+
+def _addresses(host, port, allow_private):
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError):
+        raise Refused(UNRESOLVABLE) from None
+    addresses = []
+    for family, _, _, _, sockaddr in found:
+        address = ipaddress.ip_address(sockaddr[0].split("%", 1)[0])
+        if not allow_private and not is_public(address):
+            raise Refused(NOT_PUBLIC)  # every address, or a round-robin could pick a bad one
+        addresses.append((family, sockaddr))
+    if not addresses:
+        raise Refused(UNRESOLVABLE)
+    return addresses
+
+
+def is_public(address):
+    mapped = getattr(address, "ipv4_mapped", None) or getattr(address, "sixtofour", None)
+    if mapped is not None:
+        address = mapped
+    return address.is_global and not address.is_multicast
+
+
+class _Pinned:
+    """Connect to an address already checked, never to what the name resolves to later."""
+
+    def __init__(self, addresses, connect_timeout):
+        self.addresses, self.connect_timeout = addresses, connect_timeout
+
+    def open_socket(self):
+        failure = OSError("no address to connect to")
+        for family, sockaddr in self.addresses:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            sock.settimeout(self.connect_timeout)
+            try:
+                sock.connect(sockaddr)
+                return sock
+            except OSError as exc:
+                sock.close()
+                failure = exc
+        raise failure
+
+
+class _HTTPConnection(http.client.HTTPConnection):
+    def __init__(self, host, port, pinned, timeout):
+        super().__init__(host, port, timeout=timeout)
+        self.pinned = pinned
+
+    def connect(self):
+        self.sock = self.pinned.open_socket()
+        self.sock.settimeout(self.timeout)
+
+
+class _HTTPSConnection(http.client.HTTPSConnection):
+    def __init__(self, host, port, pinned, timeout, context):
+        super().__init__(host, port, timeout=timeout, context=context)
+        self.pinned = pinned
+
+    def connect(self):
+        sock = self.pinned.open_socket()
+        sock.settimeout(self.timeout)
+        # The certificate is checked for the host name, as if we had connected by name.
+        self.sock = self._context.wrap_socket(sock, server_hostname=self.host)
+
+
+def post(url, body, headers, allow_private, connect_timeout, total_timeout, ca_file=None):
+    """POST `body`; return (status, first MAX_ANSWER bytes of the answer). Raises Refused for
+    a URL that may not be called, OSError/HTTPException for a failed exchange, TimeoutError
+    when the total deadline passed."""
+    scheme, host, port, path, addresses = target(url, allow_private)
+    pinned = _Pinned(addresses, connect_timeout)
+    if scheme == "https":
+        context = ssl.create_default_context(cafile=ca_file)
+        connection = _HTTPSConnection(host, port, pinned, total_timeout, context)
+    else:
+        connection = _HTTPConnection(host, port, pinned, total_timeout)
+    deadline = time.monotonic() + total_timeout
+    expired = threading.Event()
+
+    def cut():  # the total deadline, however slowly the answer drips in
+        expired.set()
+        sock = connection.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    timer = threading.Timer(total_timeout, cut)
+    timer.daemon = True
+    timer.start()
+    try:
+        connection.request("POST", path, body=body, headers=headers)
+        answer = connection.getresponse()
+        content = answer.read(MAX_ANSWER)
+        if expired.is_set() or time.monotonic() > deadline:
+            raise TimeoutError("no answer within the deadline")
+        return answer.status, content
+    except OSError:
+        if expired.is_set():
+            raise TimeoutError("no answer within the deadline") from None
+        raise
+    finally:
+        timer.cancel()
+        connection.close()

@@ -1,0 +1,92 @@
+"""A webhook receiver over real HTTP for the tests: it records every request and answers as
+scripted (a list of statuses; the last one repeats), optionally holding a request open until
+released (a worker killed mid-attempt)."""
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class Receiver:
+    def __init__(self, statuses=(204,), location=None):
+        self.statuses = list(statuses)
+        self.location = location
+        self.requests = []
+        self.arrived = threading.Condition()
+        self.hold = None  # a threading.Event: answer the next request only once it is set
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - http.server's name
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                hold, receiver.hold = receiver.hold, None
+                with receiver.arrived:
+                    receiver.requests.append({"headers": {k.lower(): v for k, v in
+                                                          self.headers.items()},
+                                              "body": body, "path": self.path})
+                    status = receiver.statuses.pop(0) if len(receiver.statuses) > 1 \
+                        else receiver.statuses[0]
+                    receiver.arrived.notify_all()
+                if hold is not None and not hold.wait(60):
+                    return
+                self.send_response(status)
+                if receiver.location and 300 <= status < 400:
+                    self.send_header("Location", receiver.location)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+    def wait_for(self, count, timeout=10):
+        """Wait until `count` requests arrived; return them all."""
+        with self.arrived:
+            self.arrived.wait_for(lambda: len(self.requests) >= count, timeout)
+        return list(self.requests)
+
+    def events(self):
+        return [json.loads(request["body"]) for request in self.requests]
+
+
+class DeliveryWorker:
+    """`flask --app wsgi webhooks deliver` as its own process, logging to a file."""
+
+    def __init__(self, log_path, environment):
+        import os
+
+        self.log_path = log_path
+        self.environment = {**os.environ, "FLASK_APP": "wsgi", **environment}
+        self.process = None
+
+    def start(self):
+        import subprocess
+        import sys
+
+        from tests.servers import ROOT
+
+        self._log = open(self.log_path, "ab")
+        self.process = subprocess.Popen([sys.executable, "-m", "flask", "webhooks", "deliver"],
+                                        cwd=ROOT, env=self.environment, stdout=self._log,
+                                        stderr=subprocess.STDOUT)
+        return self
+
+    def stop(self, sig=None, timeout=30):
+        import signal
+
+        if self.process.poll() is None:
+            self.process.send_signal(sig or signal.SIGTERM)
+            self.process.wait(timeout)
+        self._log.close()
+        return self.process.returncode

@@ -1,0 +1,177 @@
+"""Webhook guarantees that are about processes: the gate's usage.threshold under concurrent
+verifies across gunicorn workers, and delivery workers killed, stopped or racing each other.
+Runs on the suite's database, SQLite or PostgreSQL (TEST_DATABASE_URL)."""
+import signal
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+from sqlalchemy import func, select
+
+from app.clock import billing_period
+from app.extensions import db
+from app.sql import unit_of_work
+from app.tenants.models import MonthlyUsage
+from app.webhooks import delivery
+from app.webhooks.models import WebhookDelivery, WebhookEvent
+from tests.conftest import ENCRYPTION_KEY, TEST_REDIS_URL
+from tests.receivers import DeliveryWorker, Receiver
+from tests.servers import GunicornServer
+
+WORKER_SETTINGS = {"WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true", "WEBHOOK_POLL_SECONDS": "0.1",
+                   "WEBHOOK_TIMEOUT": "3", "WEBHOOK_LEASE_SECONDS": "4",
+                   "WEBHOOK_RETRY_DELAYS": "0,0"}
+
+
+@pytest.fixture
+def settings(settings):
+    settings.update(WEBHOOK_ALLOW_PRIVATE_ADDRESSES=True, WEBHOOK_RETRY_DELAYS=(0, 0))
+    return settings
+
+
+@pytest.fixture
+def environment(base_settings):
+    return {"DATABASE_URL": base_settings["SQLALCHEMY_DATABASE_URI"],
+            "SECRET_ENCRYPTION_KEY": ENCRYPTION_KEY, "REDIS_URL": TEST_REDIS_URL or ""}
+
+
+@pytest.fixture
+def workers(tmp_path, environment, leak_watch):
+    started = []
+
+    def start():
+        worker = DeliveryWorker(tmp_path / f"worker-{len(started)}.log",
+                                {**environment, **WORKER_SETTINGS})
+        started.append(worker)
+        return worker.start()
+
+    yield start
+    for worker in started:
+        if worker.process.poll() is None:
+            worker.stop()
+        assert leak_watch.leaks_in(worker.log_path.read_text(errors="replace")) == []
+
+
+def _endpoint(client, tenant, url, leak_watch):
+    created = client.post("/v1/tenant/webhooks", headers=tenant.headers,
+                          json={"url": url, "events": ["usage.threshold"]})
+    assert created.status_code == 201, created.get_json()
+    leak_watch.add(created.get_json()["secret"])
+    return created.get_json()["id"]
+
+
+def _attempts(app, tenant):
+    with app.app_context():
+        return db.session.execute(
+            select(WebhookDelivery.event_id, WebhookDelivery.attempt, WebhookDelivery.delivered)
+            .where(WebhookDelivery.tenant_id == tenant.tenant_id)).all()
+
+
+def test_a_worker_killed_mid_attempt_loses_nothing(app, client, tenant, workers, leak_watch):
+    with Receiver() as receiver:
+        webhook_id = _endpoint(client, tenant, receiver.url, leak_watch)
+        release = receiver.hold = threading.Event()  # the first attempt hangs till released
+        event_id = client.post(f"/v1/tenant/webhooks/{webhook_id}/test",
+                               headers=tenant.headers).get_json()["event_id"]
+        first = workers()
+        assert len(receiver.wait_for(1)) == 1
+        first.stop(signal.SIGKILL)
+        release.set()
+        workers()  # its lease on the attempt runs out, and the attempt is made again
+        requests_ = receiver.wait_for(2, timeout=30)
+    assert [request["headers"]["webhook-id"] for request in requests_] == [event_id, event_id]
+    assert _attempts(app, tenant) == [(event_id, 1, True)]
+
+
+def test_sigterm_finishes_the_attempt_in_flight(app, client, tenant, workers, leak_watch):
+    with Receiver() as receiver:
+        webhook_id = _endpoint(client, tenant, receiver.url, leak_watch)
+        release = receiver.hold = threading.Event()
+        event_id = client.post(f"/v1/tenant/webhooks/{webhook_id}/test",
+                               headers=tenant.headers).get_json()["event_id"]
+        worker = workers()
+        receiver.wait_for(1)
+        worker.process.send_signal(signal.SIGTERM)
+        release.set()
+        assert worker.process.wait(30) == 0
+    assert _attempts(app, tenant) == [(event_id, 1, True)]
+    assert len(receiver.requests) == 1
+
+
+def test_two_workers_on_one_outbox_make_each_attempt_once(app, client, tenant, workers,
+                                                          leak_watch):
+    with Receiver() as receiver:
+        webhook_id = _endpoint(client, tenant, receiver.url, leak_watch)
+        event_ids = {client.post(f"/v1/tenant/webhooks/{webhook_id}/test",
+                                 headers=tenant.headers).get_json()["event_id"]
+                     for _ in range(20)}
+        racing = [workers(), workers()]
+        receiver.wait_for(20, timeout=60)
+        for worker in racing:
+            assert worker.stop() == 0
+    received = [request["headers"]["webhook-id"] for request in receiver.requests]
+    assert sorted(received) == sorted(event_ids)  # each once, none lost
+    assert sorted(_attempts(app, tenant)) == sorted((event_id, 1, True) for event_id in event_ids)
+
+
+# -- usage.threshold under concurrent verifies ----------------------------------------------
+
+def _set_usage(app, tenant, usage_count):
+    with app.app_context(), unit_of_work():
+        row = db.session.get(MonthlyUsage, (tenant.tenant_id, billing_period()))
+        if row is None:
+            db.session.add(MonthlyUsage(tenant_id=tenant.tenant_id, period=billing_period(),
+                                        usage_count=usage_count))
+        else:
+            row.usage_count = usage_count
+
+
+def _verify_concurrently(server, tenant, clients=8, each=3):
+    barrier = threading.Barrier(clients)
+
+    def run(_):
+        barrier.wait()
+        statuses = []
+        for _ in range(each):
+            statuses.append(requests.post(server.url + "/v1/intent/verify", headers=tenant.headers,
+                                          timeout=30, json={
+                "original_intent_hash": "sha256:" + uuid.uuid4().hex * 2,
+                "response": {"match_id": uuid.uuid4().hex, "payload": {}, "timestamp": 1,
+                             "signature": "0" * 64}}).status_code)
+        return statuses
+
+    with ThreadPoolExecutor(clients) as pool:
+        return sorted(status for statuses in pool.map(run, range(clients)) for status in statuses)
+
+
+def test_eight_concurrent_clients_cross_each_threshold_once(app, client, make_tenant, tmp_path,
+                                                            environment, leak_watch):
+    tenant = make_tenant("free")
+    server = GunicornServer(tmp_path / "gunicorn.log", {
+        **environment, "RATE_LIMIT_CAPACITY": "1000", "AUTH_FAILURE_LIMIT": "1000 per minute"},
+        workers=4, threads=2).start()
+    try:
+        with Receiver() as receiver:
+            _endpoint(client, tenant, receiver.url, leak_watch)
+            _set_usage(app, tenant, 790)  # the counter near 80 %, then past it: 814
+            assert _verify_concurrently(server, tenant) == [200] * 24
+            _set_usage(app, tenant, 990)  # then to the plan's end: 10 more fit, 14 are refused
+            assert _verify_concurrently(server, tenant) == [200] * 10 + [429] * 14
+            with app.app_context():
+                delivery.deliver_due(app.config)
+            receiver.wait_for(2)
+    finally:
+        server.stop()
+        assert leak_watch.leaks_in(server.log_path.read_text(errors="replace")) == []
+    alerts = sorted((event["data"]["threshold"], event["data"]["usage_count"])
+                    for event in receiver.events())
+    assert alerts == [(80, 800), (100, 1000)]
+    assert {event["data"]["rate_limit"] for event in receiver.events()} == {1000}
+    assert {event["data"]["period"] for event in receiver.events()} == {billing_period()}
+    with app.app_context():
+        raised = db.session.execute(select(func.count()).select_from(WebhookEvent).where(
+            WebhookEvent.tenant_id == tenant.tenant_id,
+            WebhookEvent.type == "usage.threshold")).scalar_one()
+    assert raised == 2

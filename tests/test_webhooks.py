@@ -1,0 +1,300 @@
+"""Webhooks (CONTRACT.md, Webhooks): endpoints, Standard Webhooks signatures, retries, the
+SSRF rules, rotation, usage alerts; delivered to a real receiver over HTTP by the worker's own
+functions (tests/test_multiprocess_webhooks.py runs the worker as processes)."""
+import json
+
+import pytest
+from intentgate import verify_webhook
+from standardwebhooks import Webhook, WebhookVerificationError
+
+from app.webhooks import delivery
+from tests.receivers import Receiver
+from tests.support import assert_envelope
+
+
+@pytest.fixture
+def settings(settings):
+    settings.update(WEBHOOK_ALLOW_PRIVATE_ADDRESSES=True, WEBHOOK_RETRY_DELAYS=(0, 0))
+    return settings
+
+
+def _create(client, tenant, url, leak_watch, **body):
+    answer = client.post("/v1/tenant/webhooks", headers=tenant.headers, json={"url": url, **body})
+    assert answer.status_code == 201, answer.get_json()
+    leak_watch.add(answer.get_json()["secret"])
+    return answer.get_json()
+
+
+def _deliver(app):
+    with app.app_context():
+        return delivery.deliver_due(app.config)
+
+
+def _deliveries(client, tenant, webhook_id):
+    answer = client.get(f"/v1/tenant/webhooks/{webhook_id}/deliveries", headers=tenant.headers)
+    assert answer.status_code == 200, answer.get_json()
+    return answer.get_json()["deliveries"]
+
+
+def test_a_test_event_arrives_signed_as_standard_webhooks(app, client, tenant, leak_watch):
+    with Receiver() as receiver:
+        created = _create(client, tenant, receiver.url, leak_watch)
+        assert created["secret"].startswith("whsec_")
+        assert created["events"] == ["usage.threshold", "api_key.expiring", "audit.*"]
+        (listed,) = client.get("/v1/tenant/webhooks", headers=tenant.headers).get_json()[
+            "webhooks"]
+        assert "secret" not in listed and listed["id"] == created["id"]
+        queued = client.post(f"/v1/tenant/webhooks/{created['id']}/test", headers=tenant.headers)
+        assert queued.status_code == 202
+        _deliver(app)
+        requests = receiver.wait_for(2)
+    events = [json.loads(request["body"]) for request in requests]
+    # The endpoint's own creation is an audit entry, and so an event; then the test event.
+    assert sorted(event["type"] for event in events) == ["audit.webhook.created", "webhook.test"]
+    (test,) = [request for request in requests if b"webhook.test" in request["body"]]
+    verified = Webhook(created["secret"]).verify(test["body"], test["headers"])
+    assert verified["data"] == {"webhook_id": created["id"]}
+    assert test["headers"]["webhook-id"] == queued.get_json()["event_id"]
+    # The SDK's receiver helper (sdk/README.md's Flask receiver) accepts it too.
+    received = verify_webhook(created["secret"], test["body"], test["headers"])
+    assert received["id"] == queued.get_json()["event_id"] and received["type"] == "webhook.test"
+    with pytest.raises(WebhookVerificationError):
+        Webhook("whsec_" + "A" * 32).verify(test["body"], test["headers"])
+    assert all(entry["delivered"] and entry["state"] == "delivered"
+               for entry in _deliveries(client, tenant, created["id"]))
+
+
+def test_a_failed_attempt_is_retried_with_the_same_id_and_both_are_listed(app, client, tenant,
+                                                                         leak_watch):
+    with Receiver(statuses=[500, 204]) as receiver:
+        created = _create(client, tenant, receiver.url, leak_watch, events=["usage.threshold"])
+        client.post(f"/v1/tenant/webhooks/{created['id']}/test", headers=tenant.headers)
+        _deliver(app)
+        first, second = receiver.wait_for(2)
+    assert first["headers"]["webhook-id"] == second["headers"]["webhook-id"]
+    assert first["body"] == second["body"]
+    newest, oldest = _deliveries(client, tenant, created["id"])
+    assert (oldest["attempt"], oldest["status_code"], oldest["delivered"], oldest["state"]) == \
+        (1, 500, False, "retried")
+    assert oldest["error"] == "status 500" and oldest["next_attempt_at"] is not None
+    assert (newest["attempt"], newest["status_code"], newest["delivered"]) == (2, 204, True)
+    assert newest["event_id"] == oldest["event_id"] and newest["type"] == "webhook.test"
+
+
+def test_after_the_last_retry_the_event_is_given_up_and_shown_failed(app, client, tenant,
+                                                                     leak_watch):
+    with Receiver(statuses=[503]) as receiver:
+        created = _create(client, tenant, receiver.url, leak_watch, events=["usage.threshold"])
+        client.post(f"/v1/tenant/webhooks/{created['id']}/test", headers=tenant.headers)
+        assert _deliver(app) == 3  # the first attempt and the two retries of the schedule
+        assert _deliver(app) == 0
+    listed = _deliveries(client, tenant, created["id"])
+    assert [entry["attempt"] for entry in listed] == [3, 2, 1]
+    assert listed[0]["state"] == "failed" and listed[0]["next_attempt_at"] is None
+    page = client.get(f"/v1/tenant/webhooks/{created['id']}/deliveries?limit=1&before="
+                      f"{listed[0]['id']}", headers=tenant.headers).get_json()["deliveries"]
+    assert [entry["attempt"] for entry in page] == [2]
+
+
+def test_redirects_are_not_followed(app, client, tenant, leak_watch):
+    with Receiver() as target, Receiver(statuses=[302], location=None) as receiver:
+        receiver.location = target.url
+        created = _create(client, tenant, receiver.url, leak_watch, events=["usage.threshold"])
+        client.post(f"/v1/tenant/webhooks/{created['id']}/test", headers=tenant.headers)
+        _deliver(app)
+        assert len(receiver.requests) == 3 and target.requests == []
+    first = _deliveries(client, tenant, created["id"])[-1]
+    assert (first["status_code"], first["error"]) == (302, "redirect not followed")
+
+
+def test_a_rotated_secret_signs_beside_the_previous_one_during_the_grace(app, client, tenant,
+                                                                        leak_watch):
+    with Receiver() as receiver:
+        created = _create(client, tenant, receiver.url, leak_watch, events=["usage.threshold"])
+        rotated = client.post(f"/v1/tenant/webhooks/{created['id']}/rotate-secret",
+                              headers=tenant.headers, json={"grace_seconds": 3600})
+        assert rotated.status_code == 200 and rotated.headers["Cache-Control"] == "no-store"
+        new_secret = rotated.get_json()["secret"]
+        leak_watch.add(new_secret)
+        assert new_secret != created["secret"] and rotated.get_json()["previous_valid_until"]
+        client.post(f"/v1/tenant/webhooks/{created['id']}/test", headers=tenant.headers)
+        _deliver(app)
+        (request,) = receiver.wait_for(1)
+        assert len(request["headers"]["webhook-signature"].split(" ")) == 2
+        for secret in (created["secret"], new_secret):
+            Webhook(secret).verify(request["body"], request["headers"])
+        # Without a grace the previous secret stops signing at once.
+        again = client.post(f"/v1/tenant/webhooks/{created['id']}/rotate-secret",
+                            headers=tenant.headers).get_json()
+        leak_watch.add(again["secret"])
+        client.post(f"/v1/tenant/webhooks/{created['id']}/test", headers=tenant.headers)
+        _deliver(app)
+        request = receiver.wait_for(2)[1]
+    assert len(request["headers"]["webhook-signature"].split(" ")) == 1
+    Webhook(again["secret"]).verify(request["body"], request["headers"])
+    with pytest.raises(WebhookVerificationError):
+        Webhook(new_secret).verify(request["body"], request["headers"])
+
+
+@pytest.mark.parametrize("url, error", [
+    ("http://203.0.113.10/hooks", "url must be an https:// URL"),
+    ("https://127.0.0.1/hooks", "url must point to a public address"),
+    ("https://10.1.2.3/hooks", "url must point to a public address"),
+    ("https://[::1]/hooks", "url must point to a public address"),
+    ("https://[::ffff:192.168.0.1]/hooks", "url must point to a public address"),
+    ("https://169.254.169.254/latest", "url must point to a public address"),
+    ("https://localhost/hooks", "url must point to a public address"),
+    ("https://user:pw@93.184.215.14/hooks", "url must be an absolute URL with a host"),
+    ("ftp://93.184.215.14/hooks", "url must be an https:// URL"),
+])
+def test_private_addresses_and_plain_http_are_refused_without_the_setting(
+        app, client, tenant, url, error):
+    app.config["WEBHOOK_ALLOW_PRIVATE_ADDRESSES"] = False
+    assert_envelope(client.post("/v1/tenant/webhooks", headers=tenant.headers,
+                                json={"url": url}), 400, error)
+
+
+def test_a_public_https_url_is_accepted_without_the_setting(app, client, tenant, leak_watch):
+    app.config["WEBHOOK_ALLOW_PRIVATE_ADDRESSES"] = False
+    _create(client, tenant, "https://93.184.215.14/hooks", leak_watch)
+
+
+def test_the_address_is_checked_again_at_each_connection(app, client, tenant, leak_watch):
+    """Registered while allowed (or while the name resolved elsewhere): the worker without the
+    setting refuses to connect, and the receiver hears nothing."""
+    with Receiver() as receiver:
+        created = _create(client, tenant, receiver.url, leak_watch, events=["usage.threshold"])
+        client.post(f"/v1/tenant/webhooks/{created['id']}/test", headers=tenant.headers)
+        app.config["WEBHOOK_ALLOW_PRIVATE_ADDRESSES"] = False
+        _deliver(app)
+        assert receiver.requests == []
+    first = _deliveries(client, tenant, created["id"])[-1]
+    assert first["error"] == "url must be an https:// URL" and first["status_code"] is None
+
+
+def test_at_most_five_endpoints_and_deleting_one_makes_room(client, tenant, leak_watch):
+    ids = [_create(client, tenant, f"https://93.184.215.14/{n}", leak_watch)["id"]
+           for n in range(5)]
+    assert_envelope(client.post("/v1/tenant/webhooks", headers=tenant.headers,
+                                json={"url": "https://93.184.215.14/6"}), 409,
+                    "a tenant holds at most 5 webhook endpoints: delete one first")
+    assert client.delete(f"/v1/tenant/webhooks/{ids[0]}", headers=tenant.headers).status_code \
+        == 200
+    assert_envelope(client.delete(f"/v1/tenant/webhooks/{ids[0]}", headers=tenant.headers),
+                    404, "webhook not found")
+    _create(client, tenant, "https://93.184.215.14/6", leak_watch)
+
+
+def test_unknown_event_types_are_refused(client, tenant):
+    body = assert_envelope(client.post("/v1/tenant/webhooks", headers=tenant.headers, json={
+        "url": "https://93.184.215.14/x", "events": ["usage.thresholds"]}), 400)
+    assert "events" in body["details"]
+
+
+def test_usage_alerts_default_and_set(client, tenant):
+    assert client.get("/v1/tenant/usage-alerts", headers=tenant.headers).get_json() == {
+        "thresholds": [80, 100]}
+    answer = client.put("/v1/tenant/usage-alerts", headers=tenant.headers,
+                        json={"thresholds": [95, 50, 80, 100]})
+    assert answer.status_code == 200 and answer.get_json() == {"thresholds": [50, 80, 95, 100]}
+    for thresholds in ([], [0], [101], [1, 2, 3, 4, 5, 6], ["80"], [True]):
+        assert_envelope(client.put("/v1/tenant/usage-alerts", headers=tenant.headers,
+                                   json={"thresholds": thresholds}), 400)
+    entries = client.get("/v1/tenant/audit-log", headers=tenant.headers).get_json()["entries"]
+    assert entries[0]["action"] == "usage_alerts.changed"
+
+
+def test_the_admin_api_manages_any_tenants_webhooks(app, client, tenant, runner, leak_watch):
+    result = runner.invoke(args=["admin-keys", "create", "--name", "ops", "--json"])
+    admin_key = json.loads(result.stdout)["api_key"]
+    leak_watch.add(admin_key)
+    headers = {"X-Service-Key": admin_key}
+    base = f"/v1/admin/tenants/{tenant.tenant_id}"
+    created = client.post(base + "/webhooks", headers=headers,
+                          json={"url": "https://93.184.215.14/admin"})
+    assert created.status_code == 201, created.get_json()
+    leak_watch.add(created.get_json()["secret"])
+    listed = client.get("/v1/tenant/webhooks", headers=tenant.headers).get_json()["webhooks"]
+    assert [row["id"] for row in listed] == [created.get_json()["id"]]
+    assert client.put(base + "/usage-alerts", headers=headers,
+                      json={"thresholds": [90]}).get_json() == {"thresholds": [90]}
+
+
+def test_an_audit_entry_is_an_event_and_never_carries_a_secret(app, client, tenant, leak_watch):
+    with Receiver() as receiver:
+        _create(client, tenant, receiver.url, leak_watch, events=["audit.*"])
+        created = client.post("/v1/tenant/keys", headers=tenant.headers, json={"name": "ci"})
+        leak_watch.add(created.get_json()["api_key"])
+        rotated = client.post("/v1/tenant/signing-secret/rotate", headers=tenant.headers,
+                              json={})
+        leak_watch.add(rotated.get_json()["signing_secret"])
+        _deliver(app)
+        receiver.wait_for(3)
+    types = [event["type"] for event in receiver.events()]
+    assert types == ["audit.webhook.created", "audit.api_key.created",
+                     "audit.signing_secret.rotated"]
+    key_event = receiver.events()[1]["data"]
+    assert key_event["details"]["key_id"] == created.get_json()["id"]
+    assert key_event["actor"].startswith("key:") and "api_key" not in key_event["details"]
+    # leak_watch checks the bodies received too: no key or secret in any of them.
+    assert leak_watch.leaks_in(b"".join(r["body"] for r in receiver.requests).decode()) == []
+
+
+def test_deliveries_are_purged_with_the_intents_after_30_days(app, client, tenant, runner,
+                                                              leak_watch):
+    import time_machine
+
+    with Receiver() as receiver:
+        with time_machine.travel(1_700_000_000, tick=False):
+            created = _create(client, tenant, receiver.url, leak_watch, events=["usage.threshold"])
+            client.post(f"/v1/tenant/webhooks/{created['id']}/test", headers=tenant.headers)
+            _deliver(app)
+        client.post(f"/v1/tenant/webhooks/{created['id']}/test", headers=tenant.headers)
+        _deliver(app)
+    assert len(_deliveries(client, tenant, created["id"])) == 2
+    result = runner.invoke(args=["intents", "purge"])  # now: more than 30 days after the first
+    # The old test event and the endpoint's audit event (raised, received by no one).
+    assert "webhooks: 1 delivery attempts and 2 events deleted" in result.output, result.output
+    (kept,) = _deliveries(client, tenant, created["id"])
+    assert kept["delivered"]
+
+
+def test_api_key_expiring_is_raised_7_days_and_1_day_before_once_each(app, client, tenant,
+                                                                       leak_watch):
+    with Receiver() as receiver:
+        _create(client, tenant, receiver.url, leak_watch, events=["api_key.expiring"])
+        created = client.post("/v1/tenant/keys", headers=tenant.headers,
+                              json={"name": "short", "expires_in": 10 * 86400}).get_json()
+        leak_watch.add(created["api_key"])
+        import time_machine
+
+        now = created["created_at"]
+        with app.app_context():
+            for moment in (now, now + 3 * 86400 + 1, now + 3 * 86400 + 2, now + 9 * 86400 + 1,
+                           now + 9 * 86400 + 2):
+                with time_machine.travel(moment, tick=False):
+                    delivery.raise_expiring_keys(moment)
+            delivery.deliver_due(app.config)
+        receiver.wait_for(2)
+    assert [event["data"] for event in receiver.events()] == [
+        {"key_id": created["id"], "expires_at": created["expires_at"]}] * 2
+    assert all(event["type"] == "api_key.expiring" for event in receiver.events())
+
+
+def test_metrics_count_attempts_by_outcome_and_the_oldest_pending_one(app, client, tenant,
+                                                                      leak_watch):
+    app.config.update(METRICS_ENABLED=True, WEBHOOK_RETRY_DELAYS=(0,))
+    with Receiver(statuses=[500]) as receiver:
+        created = _create(client, tenant, receiver.url, leak_watch, events=["usage.threshold"])
+        client.post(f"/v1/tenant/webhooks/{created['id']}/test", headers=tenant.headers)
+        client.post(f"/v1/tenant/webhooks/{created['id']}/test", headers=tenant.headers)
+        with app.app_context():
+            delivery.dispatch(0)  # two attempts due since the epoch, none made yet
+        text = client.get("/metrics").get_data(as_text=True)
+        assert "intentgate_webhook_oldest_pending_seconds 1." in text
+        _deliver(app)
+    text = client.get("/metrics").get_data(as_text=True)
+    assert 'intentgate_webhook_attempts{outcome="retried"} 2.0' in text
+    assert 'intentgate_webhook_attempts{outcome="failed"} 2.0' in text
+    assert 'intentgate_webhook_attempts{outcome="delivered"} 0.0' in text
+    assert "intentgate_webhook_oldest_pending_seconds 0.0" in text
