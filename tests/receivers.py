@@ -80,7 +80,19 @@ class DeliveryWorker:
         self.process = subprocess.Popen([sys.executable, "-m", "flask", "webhooks", "deliver"],
                                         cwd=ROOT, env=self.environment, stdout=self._log,
                                         stderr=subprocess.STDOUT)
+        self._wait_until_running()
         return self
+
+    def _wait_until_running(self, timeout=60):
+        """Until the worker says it started: its SIGTERM handler is installed by then (a
+        SIGTERM during its imports would kill it, not stop it after an attempt)."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        while b"webhook worker started" not in self.log_path.read_bytes():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the delivery worker did not start: see {self.log_path}")
+            time.sleep(0.05)
 
     def stop(self, sig=None, timeout=30):
         import signal
