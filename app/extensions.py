@@ -7,6 +7,7 @@ from sqlalchemy import MetaData
 
 from app.context_store.session import ContextStoreSession
 from app.traffic.addresses import client_address
+from app.traffic.manager import ResolvedLimitManager
 
 # Named constraints keep Alembic migrations identical on SQLite and PostgreSQL.
 NAMING_CONVENTION = {
@@ -31,3 +32,5 @@ context_store = ContextStoreSession()
 # storage and strategy are bound from the settings in app.traffic.limits.init_app.
 limiter = Limiter(key_func=client_address, auto_check=False, strategy="token-bucket",
                   headers_enabled=False)
+# The same limits, each endpoint's resolved once rather than on every request.
+limiter.limit_manager = ResolvedLimitManager(limiter.limit_manager)
