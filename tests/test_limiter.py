@@ -135,3 +135,18 @@ def test_a_bucket_item_is_capacity_and_refill(app):
         app.config.update(RATE_LIMIT_CAPACITY=3, RATE_LIMIT_REFILL_PER_MINUTE=1)
         item = parse(limits.bucket_limit())
     assert item.amount == 3 and item.amount / item.get_expiry() == pytest.approx(1 / 60)
+
+
+def test_each_endpoint_resolved_once_still_follows_the_settings(app, client, make_tenant):
+    """The limit manager keeps each endpoint's limits between requests: a changed setting is
+    still the limit of the very next request, not of a cached one."""
+    tenant = make_tenant("pro")
+    app.config.update(RATE_LIMIT_CAPACITY=1000)
+    assert [client.get("/v1/tenant/usage", headers=tenant.headers).status_code
+            for _ in range(3)] == [200] * 3
+    assert client.get("/v1/tenant/usage", headers=tenant.headers).headers[
+        "X-RateLimit-Limit"] == "1000"
+    app.config.update(RATE_LIMIT_CAPACITY=2, RATE_LIMIT_REFILL_PER_MINUTE=1)
+    answers = [client.get("/v1/tenant/usage", headers=tenant.headers) for _ in range(3)]
+    assert [answer.status_code for answer in answers] == [200, 200, 429]
+    assert answers[0].headers["X-RateLimit-Limit"] == "2"

@@ -263,3 +263,59 @@ def test_tenants_made_before_webhooks_get_the_default_usage_alerts_and_back(
     assert client.get("/v1/tenant/usage-alerts", headers=headers).get_json() == {
         "thresholds": [80, 100]}
     app.extensions["database"].engine.dispose()
+
+
+BEFORE_MATCH_ID_ON_INTENTS = "d1f3a5c7e924"
+
+
+def test_each_consumed_intent_gets_its_own_match_id_and_the_replay_records_stay(
+        base_settings, empty_database_url):
+    app = create_app({**base_settings, "SQLALCHEMY_DATABASE_URI": empty_database_url})
+
+    def indexes(table):
+        return {index["name"] for index in inspect(db.engine).get_indexes(table)}
+
+    with app.app_context():
+        upgrade(revision=BEFORE_MATCH_ID_ON_INTENTS)
+        tenant_id = _old_tenant("match@example.com")
+        owner = f"tenant:{tenant_id}"
+        # Intent 1 cleared with m-1; intent 2 replayed m-1 (no row of its own); 3 is unused.
+        for id_, consumed in ((1, 5), (2, 6), (3, None)):
+            db.session.execute(text(
+                "INSERT INTO intents (id, intent_hash, owner, intent_class, issued_at,"
+                " expires_at, consumed_at) VALUES (:id, :hash, :owner, 'general', 1, 9,"
+                " :consumed)"), {"id": id_, "hash": f"sha256:{id_}", "consumed": consumed,
+                                 "owner": owner})
+        db.session.execute(text("INSERT INTO seen_responses (owner, match_id, intent_id)"
+                                " VALUES (:owner, 'm-1', 1)"), {"owner": owner})
+        db.session.commit()
+        upgrade()
+        assert db.session.execute(text("SELECT id, match_id FROM intents ORDER BY id")
+                                  ).all() == [(1, "m-1"), (2, None), (3, None)]
+        db.session.commit()
+        assert "ix_intents_id" not in indexes("intents")
+        assert "ix_seen_responses_intent_id" not in indexes("seen_responses")
+        if TEST_DATABASE_URL:
+            assert db.session.execute(text(
+                "SELECT reloptions FROM pg_class WHERE relname = 'intents'")).scalar_one() == [
+                "fillfactor=80"]
+        db.session.commit()
+        downgrade(revision=BEFORE_MATCH_ID_ON_INTENTS)
+        assert "match_id" not in {column["name"] for column in
+                                  inspect(db.engine).get_columns("intents")}
+        assert "ix_intents_id" in indexes("intents")
+        assert "ix_seen_responses_intent_id" in indexes("seen_responses")
+        assert db.session.execute(text("SELECT owner, match_id, intent_id FROM seen_responses")
+                                  ).all() == [(owner, "m-1", 1)]
+        if TEST_DATABASE_URL:  # the previous gate is back, and records a sighting itself
+            row = db.session.execute(text(
+                "SELECT reason FROM intentgate_verify(5, 'sha256:3', :owner, 'm-2', true, 5,"
+                " 60, :tenant, :period, '2026-01-01', 1000, 'evt')"),
+                {"owner": owner, "tenant": tenant_id, "period": billing_period()}).one()
+            assert row == (None,)
+            assert db.session.execute(text(
+                "SELECT intent_id FROM seen_responses WHERE match_id = 'm-2'")).scalar_one() == 3
+        db.session.commit()
+        db.session.remove()
+        db.engine.dispose()
+    app.extensions["database"].engine.dispose()

@@ -4,6 +4,7 @@ from sqlalchemy import func, select
 
 from app.extensions import db
 from app.intents.models import IdempotencyRecord, Intent, SeenResponse
+from tests.support import scale_response
 
 
 def _count(app, model):
@@ -11,22 +12,30 @@ def _count(app, model):
         return db.session.execute(select(func.count()).select_from(model)).scalar_one()
 
 
+def _generate(client, tenant, ttl):
+    return client.post("/v1/intent/generate", headers=tenant.headers,
+                       json={"user_token": "purge-token-123", "ttl": ttl}).get_json()["intent_hash"]
+
+
+def _verify(client, tenant, intent_hash, match_id):
+    response = scale_response(tenant.signing_secret, intent_hash, match_id=match_id)
+    return client.post("/v1/intent/verify", headers=tenant.headers, json={
+        "original_intent_hash": intent_hash, "response": response}).get_json()["reason"]
+
+
 def test_purge_deletes_old_expired_intents_in_batches(runner, client, tenant):
     with time_machine.travel(1_700_000_000, tick=False):
-        for _ in range(5):
-            client.post("/v1/intent/generate", headers=tenant.headers,
-                        json={"user_token": "purge-token-123", "ttl": 60})
+        hashes = [_generate(client, tenant, ttl=60) for _ in range(5)]
+        assert _verify(client, tenant, hashes[0], "m-1") is None
+        assert _verify(client, tenant, hashes[1], "m-1") == "ReplayedResponse"
         with client.application.app_context():
-            old = db.session.execute(select(Intent.id)).scalars().first()
-            db.session.add(SeenResponse(owner=f"tenant:{tenant.tenant_id}", match_id="m-1",
-                                        intent_id=old))
             db.session.add(IdempotencyRecord(owner="tenant:1", idempotency_key="k",
                                              body_digest="0" * 64, cleared=True,
                                              created_at=1_700_000_000))
             db.session.commit()
+    assert _count(client.application, SeenResponse) == 1
     with time_machine.travel(1_700_000_000 + 86400 + 61, tick=False):
-        live = client.post("/v1/intent/generate", headers=tenant.headers,
-                           json={"user_token": "purge-token-123"}).get_json()["intent_hash"]
+        live = _generate(client, tenant, ttl=3600)
         result = runner.invoke(args=["intents", "purge", "--batch-size", "2"])
     assert result.exit_code == 0, result.output
     assert "purged 2 intents" in result.output and "purged 5 intents" in result.output
@@ -35,6 +44,21 @@ def test_purge_deletes_old_expired_intents_in_batches(runner, client, tenant):
         assert db.session.execute(select(Intent.intent_hash)).scalars().all() == [live]
     assert _count(client.application, SeenResponse) == 0
     assert _count(client.application, IdempotencyRecord) == 0
+
+
+def test_purging_a_replay_leaves_the_first_sighting_in_force(runner, client, tenant):
+    """The intent that replayed a match_id expires first: its purge must not take the replay
+    record of the intent that cleared with it, still alive."""
+    with time_machine.travel(1_700_000_000, tick=False):
+        first, replay = _generate(client, tenant, 86400), _generate(client, tenant, 60)
+        assert _verify(client, tenant, first, "m-shared") is None
+        assert _verify(client, tenant, replay, "m-shared") == "ReplayedResponse"
+    with time_machine.travel(1_700_000_000 + 86400 + 61, tick=False):
+        result = runner.invoke(args=["intents", "purge"])
+        assert "done: 1 intents" in result.output, result.output
+        assert _verify(client, tenant, _generate(client, tenant, 60),
+                       "m-shared") == "ReplayedResponse"
+    assert _count(client.application, SeenResponse) == 1
 
 
 def test_purge_keeps_intents_inside_the_margin(runner, client, tenant):

@@ -8,13 +8,17 @@ data-modifying CTEs (one round trip, atomic, self-committing); SQLite runs the s
 sequence inside one BEGIN IMMEDIATE transaction. Atomicity is the database's: the conditional
 UPDATE consumes an intent at most once however many workers race for it, the seen_responses key
 catches a replayed match_id, and the usage upsert never passes the plan limit.
+
+The intent's one write (consumed_at, and the match_id it records) touches no indexed column, so
+PostgreSQL makes it a HOT update: no index entry, the least WAL (deploy/README: capacity).
 """
 import json
 import logging
 
 from flask import current_app
 from intentgate.signing import MAX_SAFE_INTEGER
-from sqlalchemy import and_, bindparam, case, exists, literal, not_, select, true, update
+from sqlalchemy import (String, and_, bindparam, case, exists, literal, not_, select, true,
+                        update)
 
 from app import crypto, database
 from app.clock import billing_period, now_seconds, utc_day
@@ -103,14 +107,20 @@ def _read_intent():
 
 
 def _consume():
+    """Consume the intent and, when every check before the replay check passes (judged on the
+    row itself), note the match_id on it: the purge finds its seen_responses row by it."""
     intents = Intent.__table__
+    recorded = case((_may_record(intents.c.expires_at, intents.c.issued_at, intents.c.id),
+                     bindparam("match_id")), else_=None)
     return (update(intents).where(_this_intent(), intents.c.consumed_at.is_(None))
-            .values(consumed_at=bindparam("now")).returning(intents.c.id))
+            .values(consumed_at=bindparam("now"), match_id=recorded)
+            .returning(intents.c.id, intents.c.match_id))
 
 
-def _record_sighting(intent_id, may_record):
+def _record_sighting(intent_id, match_id):
+    """Record the consumed intent's match_id, if it noted one; a row back when it was new."""
     seen = SeenResponse.__table__
-    sighting = select(bindparam("owner"), bindparam("match_id"), intent_id).where(may_record)
+    sighting = select(bindparam("owner"), match_id, intent_id).where(match_id.is_not(None))
     return (database.current().insert(seen)
             .from_select([seen.c.owner, seen.c.match_id, seen.c.intent_id], sighting)
             .on_conflict_do_nothing().returning(seen.c.intent_id))
@@ -132,8 +142,7 @@ def _composed(metered):
     expires_at = select(known.c.expires_at).scalar_subquery()
     issued_at = select(known.c.issued_at).scalar_subquery()
     consumed_id = select(consumed.c.id).scalar_subquery()
-    sighting = _record_sighting(
-        consumed.c.id, _may_record(expires_at, issued_at, consumed.c.id)).cte("sighting")
+    sighting = _record_sighting(consumed.c.id, consumed.c.match_id).cte("sighting")
     checks = _checks(expires_at, issued_at, consumed_id, exists(select(sighting.c.intent_id)))
     if not metered:
         return select(_reason(checks), *columns)
@@ -184,10 +193,11 @@ def _step_by_step(metered, params):
     known = database.first("read_intent", _read_intent, params)
     consumed = database.first("consume_intent", _consume, params)
     params.update(expires_at=known and known.expires_at, issued_at=known and known.issued_at,
-                  consumed_id=consumed and consumed.id, first_sighting=False)
+                  consumed_id=consumed and consumed.id, first_sighting=False,
+                  recorded_match_id=consumed and consumed.match_id)
     params["first_sighting"] = bool(database.execute(
-        "record_sighting",
-        lambda: _record_sighting(bindparam("consumed_id"), _stepped(_may_record)), params))
+        "record_sighting", lambda: _record_sighting(
+            bindparam("consumed_id"), bindparam("recorded_match_id", type_=String)), params))
     reason = database.first("reason", lambda: select(_reason(_stepped(
         lambda *values: _checks(*values, bindparam("first_sighting"))))), params).reason
     if metered:

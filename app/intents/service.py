@@ -4,7 +4,7 @@ import secrets
 import time
 
 from flask import current_app, g
-from sqlalchemy import bindparam, delete, func, insert, select
+from sqlalchemy import bindparam, delete, func, insert, select, tuple_
 
 from app import database
 from app.clock import now_seconds
@@ -53,13 +53,19 @@ def generate(principal, user_token, ttl):
 def purge_expired_intents(cutoff, batch_size):
     """Delete up to `batch_size` intents that expired before `cutoff`, with their replay
     records; return how many (0 when none is left)."""
-    ids = db.session.execute(
-        select(Intent.id).where(Intent.expires_at < cutoff).limit(batch_size)
-    ).scalars().all()
-    if ids:
-        db.session.execute(delete(SeenResponse).where(SeenResponse.intent_id.in_(ids)))
-        db.session.execute(delete(Intent).where(Intent.id.in_(ids)))
-    return len(ids)
+    expired = db.session.execute(
+        select(Intent.owner, Intent.id, Intent.match_id)
+        .where(Intent.expires_at < cutoff).limit(batch_size)
+    ).all()
+    sightings = [(owner, match_id, id_) for owner, id_, match_id in expired if match_id]
+    if sightings:
+        # By the replay record's key; only the one this intent's verify wrote (intent_id).
+        db.session.execute(delete(SeenResponse).where(tuple_(
+            SeenResponse.owner, SeenResponse.match_id, SeenResponse.intent_id).in_(sightings)))
+    if expired:
+        db.session.execute(delete(Intent).where(
+            tuple_(Intent.owner, Intent.id).in_([(owner, id_) for owner, id_, _ in expired])))
+    return len(expired)
 
 
 def purge_idempotency_records():

@@ -1,0 +1,54 @@
+"""What a verify writes to the intent: one version, on the same page, with no index entry (a HOT
+update on PostgreSQL), because the consume changes no indexed column and intents' pages keep
+room for it (fillfactor). deploy/README's capacity model rests on this."""
+import time
+
+import pytest
+from sqlalchemy import create_engine, inspect, text
+
+from app.config import normalize_database_url
+from app.extensions import db
+from app.intents import gate
+from tests.conftest import TEST_DATABASE_URL
+from tests.support import scale_response
+
+
+def test_consuming_an_intent_changes_no_indexed_column(app):
+    with app.app_context():
+        inspector = inspect(db.engine)
+        indexed = {column for index in inspector.get_indexes("intents")
+                   for column in index["column_names"]}
+        indexed |= set(inspector.get_pk_constraint("intents")["constrained_columns"])
+        for constraint in inspector.get_unique_constraints("intents"):
+            indexed |= set(constraint["column_names"])
+        written = {getattr(column, "key", column) for column in gate._consume()._values}
+    assert written == {"consumed_at", "match_id"}
+    assert not written & indexed
+
+
+@pytest.mark.skipif(not TEST_DATABASE_URL, reason="HOT updates are PostgreSQL's")
+def test_every_consume_is_a_hot_update(client, tenant):
+    engine = create_engine(normalize_database_url(TEST_DATABASE_URL))
+
+    def updates():
+        with engine.connect() as connection:
+            return connection.execute(text(
+                "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables"
+                " WHERE relname = 'intents'")).one()
+
+    try:
+        updated, hot = updates()
+        for _ in range(40):
+            intent_hash = client.post("/v1/intent/generate", headers=tenant.headers, json={
+                "user_token": "hot-update-token"}).get_json()["intent_hash"]
+            assert client.post("/v1/intent/verify", headers=tenant.headers, json={
+                "original_intent_hash": intent_hash,
+                "response": scale_response(tenant.signing_secret, intent_hash),
+            }).get_json()["cleared"]
+        # A backend reports its counts when idle, at most once a second: wait for all 40.
+        deadline = time.monotonic() + 30
+        while updates()[0] < updated + 40 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert tuple(updates()) == (updated + 40, hot + 40)
+    finally:
+        engine.dispose()
