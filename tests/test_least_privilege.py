@@ -4,6 +4,7 @@ public key; a cleared payload comes back as it was signed."""
 import base64
 import hashlib
 import json
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -245,11 +246,12 @@ def test_a_signature_in_non_canonical_base64_is_invalid(client, tenant, admin_he
 
 # -- the payload as signed ---------------------------------------------------------------------
 
-def _verify_as_sent(client, tenant, signed, sent, idempotency_key=None, intent_hash=None):
+def _verify_as_sent(client, tenant, signed, sent, idempotency_key=None, intent_hash=None,
+                    timestamp=None):
     """Verify a response signed over `signed` whose body spells the payload as `sent`."""
     intent_hash = intent_hash or _generate(client, tenant).get_json()["intent_hash"]
     response = scale_response(tenant.signing_secret, intent_hash, payload=signed,
-                              match_id="as-sent-" + intent_hash[-12:])
+                              match_id="as-sent-" + intent_hash[-12:], timestamp=timestamp)
     body = json.dumps({"original_intent_hash": intent_hash, "response": response})
     headers = {**tenant.headers, "Content-Type": "application/json"}
     if idempotency_key:
@@ -268,11 +270,14 @@ def _verify_as_sent(client, tenant, signed, sent, idempotency_key=None, intent_h
 def test_a_cleared_payload_comes_back_as_it_was_signed(client, tenant, signed, sent, returned):
     _, text = _verify_as_sent(client, tenant, signed, sent)
     assert returned in text.replace(" ", "")
-    # A retry's stored verdict rebuilds the payload from the body: the same form.
-    intent_hash, text = _verify_as_sent(client, tenant, signed, sent, idempotency_key="once")
+    # A retry's stored verdict rebuilds the payload from the body: the same form. The retry is
+    # the same body, signed at the same second (a new second would be a different request).
+    signed_at = int(time.time())
+    intent_hash, text = _verify_as_sent(client, tenant, signed, sent, idempotency_key="once",
+                                        timestamp=signed_at)
     assert returned in text.replace(" ", "")
     _, text = _verify_as_sent(client, tenant, signed, sent, idempotency_key="once",
-                              intent_hash=intent_hash)
+                              intent_hash=intent_hash, timestamp=signed_at)
     assert returned in text.replace(" ", "")
 
 
