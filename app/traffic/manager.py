@@ -9,6 +9,8 @@ changed RATE_LIMIT_CAPACITY is seen on the next request), and forgets everything
 or an exemption is added. The limits themselves are unchanged: keys, exemptions (`exempt_when`)
 and scopes are still evaluated by the library on every request.
 """
+import weakref
+
 from flask_limiter.manager import LimitManager
 
 
@@ -22,25 +24,35 @@ class ResolvedLimitManager(LimitManager):
             route_exemptions=manager._route_exemptions,
             blueprint_exemptions=manager._blueprint_exemptions,
         )
-        self._resolved = {}
-        self._exemptions = {}
+        # Per app (the library passes current_app, a proxy: the app behind it is the key), so
+        # that apps with other blueprints or exemptions, as in the tests, keep their own.
+        self._answers = weakref.WeakKeyDictionary()
 
     def resolve_limits(self, app, endpoint=None, blueprint=None, callable_name=None,
                        in_middleware=False, marked_for_limiting=False):
-        key = (id(app), endpoint, blueprint, callable_name, in_middleware, marked_for_limiting)
+        answers = self._answers_of(app)
+        key = ("limits", endpoint, blueprint, callable_name, in_middleware, marked_for_limiting)
         values = self._limit_values(blueprint)
-        known = self._resolved.get(key)
+        known = answers.get(key)
         if known is None or known[0] != values:
-            known = self._resolved[key] = (values, super().resolve_limits(
+            known = answers[key] = (values, super().resolve_limits(
                 app, endpoint, blueprint, callable_name, in_middleware, marked_for_limiting))
         return known[1]
 
     def exemption_scope(self, app, endpoint, blueprint):
-        key = (id(app), endpoint, blueprint)
-        scope = self._exemptions.get(key)
+        answers = self._answers_of(app)
+        key = ("exemption", endpoint, blueprint)
+        scope = answers.get(key)
         if scope is None:
-            scope = self._exemptions[key] = super().exemption_scope(app, endpoint, blueprint)
+            scope = answers[key] = super().exemption_scope(app, endpoint, blueprint)
         return scope
+
+    def _answers_of(self, app):
+        app = app._get_current_object() if hasattr(app, "_get_current_object") else app
+        answers = self._answers.get(app)
+        if answers is None:
+            answers = self._answers[app] = {}
+        return answers
 
     def _limit_values(self, blueprint):
         """The limit strings now in force for `blueprint` (and its parents), the defaults and
@@ -54,8 +66,7 @@ class ResolvedLimitManager(LimitManager):
                      else group.limit_provider for group in groups)
 
     def _forget(self):
-        self._resolved.clear()
-        self._exemptions.clear()
+        self._answers.clear()
 
     def set_application_limits(self, limits):
         super().set_application_limits(limits)
