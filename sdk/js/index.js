@@ -5,28 +5,14 @@
 
 const { INTEGER_RANGE_MESSAGE, canonicalize } = require('./lib/canonicalize');
 const { Client } = require('./lib/client');
-const {
-  AuthenticationError,
-  Blocked,
-  IntentGateError,
-  QuotaExceededError,
-  RateLimitError,
-  ServiceError,
-  ValidationError,
-} = require('./lib/errors');
+const errors = require('./lib/errors');
 const { generateEd25519KeyPair } = require('./lib/keys');
 const { signResponse, signResponseEd25519, signingMessage } = require('./lib/signing');
 
 module.exports = {
-  AuthenticationError,
-  Blocked,
+  ...errors, // every typed error, as lib/errors.js exports it
   Client,
   INTEGER_RANGE_MESSAGE,
-  IntentGateError,
-  QuotaExceededError,
-  RateLimitError,
-  ServiceError,
-  ValidationError,
   canonicalize,
   generateEd25519KeyPair,
   signResponse,
