@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import redis
+from cryptography.fernet import Fernet
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -33,7 +34,6 @@ sys.path.insert(0, str(ROOT))
 import cpu  # noqa: E402  (bench/cpu.py)
 
 DATABASE = "intentgate_saturation"
-ADMIN_URL = "postgresql://postgres@127.0.0.1/postgres"
 URL = f"postgresql://postgres@127.0.0.1/{DATABASE}"
 
 # Each transaction is one of TENANTS tenants' (as on a primary serving many), so that the
@@ -58,7 +58,8 @@ def _setup():
                    check=True)
     subprocess.run(["createdb", "-h", "127.0.0.1", "-U", "postgres", DATABASE], check=True)
     os.environ.update(DATABASE_URL=URL, REDIS_URL="", FLASK_APP="wsgi")
-    os.environ.setdefault("SECRET_ENCRYPTION_KEY", "Yk2m3rR1dW0l5jv0ZK8m2N8yq3b4bW7VwXG1cY0fJ0s=")
+    if not os.environ.get("SECRET_ENCRYPTION_KEY"):  # bench/run sets one; alone, a fresh one
+        os.environ["SECRET_ENCRYPTION_KEY"] = Fernet.generate_key().decode()
     subprocess.run([sys.executable, "-m", "flask", "db", "upgrade"], cwd=ROOT, check=True,
                    capture_output=True)
     from app import create_app, crypto
