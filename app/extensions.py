@@ -1,13 +1,12 @@
 """Extension singletons: instantiated here, bound to the app in create_app."""
 from flask_cors import CORS
-from flask_limiter import Limiter
 from flask_migrate import Migrate
 from flask_sqlalchemy import SQLAlchemy
 from sqlalchemy import MetaData
 
 from app.context_store.session import ContextStoreSession
 from app.traffic.addresses import client_address
-from app.traffic.manager import ResolvedLimitManager
+from app.traffic.limiter import Limiter
 
 # Named constraints keep Alembic migrations identical on SQLite and PostgreSQL.
 NAMING_CONVENTION = {
@@ -29,8 +28,7 @@ cors = CORS()
 context_store = ContextStoreSession()
 # The token bucket and the failure limit are declared per blueprint (app.traffic.limits) and
 # checked once, after authentication (auto_check=False): the bucket is then the caller's. Its
-# storage and strategy are bound from the settings in app.traffic.limits.init_app.
+# storage and strategy are bound from the settings in app.traffic.limits.init_app. Flask-Limiter's
+# own Limiter, trimmed where it spent most per request (app.traffic.limiter).
 limiter = Limiter(key_func=client_address, auto_check=False, strategy="token-bucket",
                   headers_enabled=False)
-# The same limits, each endpoint's resolved once rather than on every request.
-limiter.limit_manager = ResolvedLimitManager(limiter.limit_manager)

@@ -1,7 +1,10 @@
 """The limiter as Flask-Limiter: limits declared per blueprint, the token bucket as a `limits`
 strategy over any storage, and the store's circuit breaker."""
+import shutil
 import signal
+import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from limits import parse
@@ -14,9 +17,10 @@ from app.extensions import limiter
 from app.openapi import Blueprint
 from app.traffic import limits
 from app.traffic.storage import DatabaseStorage
-from app.traffic.strategy import TokenBucketRateLimiter
+from app.traffic.strategy import BREAKER_SECONDS, TokenBucketRateLimiter
 from tests.support import assert_envelope
-from tests.test_traffic import BAD_KEY, _app_on, disposable_redis  # noqa: F401 - a fixture
+from tests.test_traffic import (BAD_KEY, _app_on, disposable_redis,  # noqa: F401 - a fixture
+                                wait_for_redis)
 
 
 def test_the_token_bucket_is_a_registered_strategy_and_the_database_a_storage():
@@ -113,6 +117,38 @@ def test_a_frozen_store_is_asked_once_a_second(settings, migrated, make_tenant, 
     time.sleep(1.1)  # the breaker's second is over: the store is asked again, and answers
     assert client.get("/v1/tenant/usage", headers=tenant.headers).status_code == 200
     assert client.get("/health").status_code == 200
+
+
+def test_a_restarted_redis_is_found_again_by_each_thread(settings, migrated, make_tenant,
+                                                        disposable_redis):
+    """Each thread keeps a connection of its own: after Redis restarts (every socket dead, its
+    buckets gone) the threads that held one reconnect, with no restart of the app."""
+    url, process = disposable_redis
+    app = _app_on(settings, url)
+    tenant = make_tenant("pro")
+
+    def remaining(_=None):
+        response = app.test_client().get("/v1/tenant/usage", headers=tenant.headers)
+        return response.status_code, response.headers["X-RateLimit-Remaining"]
+
+    spent = [(200, "96"), (200, "97"), (200, "98"), (200, "99")]
+    with ThreadPoolExecutor(3) as pool:  # the same threads before and after the restart
+        assert sorted([remaining(), *pool.map(remaining, range(3))]) == spent
+        port = url.rsplit(":", 1)[1].split("/")[0]
+        process.kill()
+        process.wait()
+        restarted = subprocess.Popen([shutil.which("redis-server"), "--port", port, "--bind",
+                                      "127.0.0.1", "--save", "", "--appendonly", "no"],
+                                     stdout=subprocess.DEVNULL)
+        try:
+            wait_for_redis(int(port))
+            time.sleep(BREAKER_SECONDS)  # had a thread seen the outage, it asks again by now
+            answers = [remaining(), *pool.map(remaining, range(3))]
+        finally:
+            restarted.kill()
+            restarted.wait()
+    # A fresh Redis holds a fresh bucket: four of its tokens spent.
+    assert sorted(answers) == spent
 
 
 def test_the_breaker_applies_the_open_policy_too(settings, migrated, make_tenant, disposable_redis):

@@ -176,18 +176,23 @@ def disposable_redis():
     port = free_port()
     process = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                                 "--appendonly", "no"], stdout=subprocess.DEVNULL)
-    import redis
-
-    client = redis.Redis(port=port)
-    for _ in range(50):
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            time.sleep(0.05)
+    wait_for_redis(port)
     yield f"redis://127.0.0.1:{port}/0", process
     process.kill()
     process.wait()
+
+
+def wait_for_redis(port):
+    import redis
+
+    client = redis.Redis(port=port)
+    for _ in range(100):
+        try:
+            client.ping()
+            return
+        except redis.ConnectionError:
+            time.sleep(0.05)
+    raise AssertionError(f"no Redis answered on port {port}")
 
 
 def _app_on(settings, redis_url, **overrides):

@@ -14,9 +14,11 @@ with it, the others keep answering.
 """
 import contextvars
 import math
+import os
 import threading
 import time
 
+import redis
 from limits.storage import RedisClusterStorage, RedisStorage
 from limits.strategies import STRATEGIES, RateLimiter
 from redis.exceptions import RedisClusterException
@@ -72,22 +74,47 @@ class Bucket(WindowStats):
 
 
 class _RedisTokens:
-    """take/peek as one EVALSHA on the storage's own client (prefixed as its keys are)."""
+    """take/peek as one EVALSHA on the storage's own client (prefixed as its keys are).
+
+    On one node (or a Sentinel's master) each thread runs its scripts on one connection of its
+    own, taken from the storage's pool on first use and kept, instead of a pool checkout and
+    release around every command: that checkout was most of redis-py's share of the limiter
+    in the profile. One per thread, not one per worker shared by its threads: while Redis does
+    not answer, each thread would wait its turn and then its own timeout. It connects on first
+    use in the process that uses it (gunicorn forks workers from the master that built the
+    app; a socket must not be shared across processes), so an app starts while Redis is down,
+    and a connection that fails is reconnected by redis-py on its next command. A cluster
+    client routes each command to its slot's master itself, and is used as it is."""
 
     def __init__(self, storage):
         self.storage = storage
         self.cluster = isinstance(storage, RedisClusterStorage)
-        self.take_script = storage.get_connection().register_script(TAKE_LUA)
-        self.peek_script = storage.get_connection().register_script(PEEK_LUA)
+        if self.cluster:
+            self._cluster_scripts = _scripts(storage.get_connection())
+        self._own = threading.local()
 
     def take_token(self, key, capacity, rate):
-        allowed, tokens = self.take_script(keys=[self.storage.prefixed_key(key)],
-                                           args=[capacity, rate])
+        allowed, tokens = self._scripts()[0](keys=[self.storage.prefixed_key(key)],
+                                             args=[capacity, rate])
         return bool(allowed), float(tokens)
 
     def peek_tokens(self, key, capacity, rate):
-        return float(self.peek_script(keys=[self.storage.prefixed_key(key)],
-                                      args=[capacity, rate]))
+        return float(self._scripts()[1](keys=[self.storage.prefixed_key(key)],
+                                        args=[capacity, rate]))
+
+    def _scripts(self):
+        if self.cluster:
+            return self._cluster_scripts
+        own = self._own
+        if getattr(own, "pid", None) != os.getpid():
+            pool = self.storage.get_connection().connection_pool
+            # single_connection_client takes (and connects) its connection here: an error
+            # raised now is the store's, seen by the breaker like any other.
+            own.client = redis.Redis(connection_pool=pool, single_connection_client=True)
+            own.scripts, own.pid = _scripts(own.client), os.getpid()
+        else:
+            _check(own.client.connection)
+        return own.scripts
 
     def node_of(self, key):
         """The cluster master that holds `key` (its breaker's name); one store otherwise."""
@@ -98,6 +125,22 @@ class _RedisTokens:
             return client.get_node_from_key(self.storage.prefixed_key(key)).name
         except RedisClusterException:  # a slot no master covers now: the client will find out
             return None
+
+
+def _check(connection):
+    """What the pool checks when it hands out a connection: one that the server closed (Redis
+    restarted) or that holds an unread reply is dropped, and the next command connects afresh
+    instead of failing."""
+    try:
+        if connection.can_read():
+            connection.disconnect()
+    except (ConnectionError, TimeoutError, OSError, redis.RedisError):
+        connection.disconnect()
+
+
+def _scripts(client):
+    """(take, peek) registered on `client`: EVALSHA, loading the script once if Redis lacks it."""
+    return client.register_script(TAKE_LUA), client.register_script(PEEK_LUA)
 
 
 def _one_store(_key):
