@@ -1,8 +1,6 @@
 """The limiter as Flask-Limiter: limits declared per blueprint, the token bucket as a `limits`
 strategy over any storage, and the store's circuit breaker."""
-import shutil
 import signal
-import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -20,7 +18,7 @@ from app.traffic.storage import DatabaseStorage
 from app.traffic.strategy import BREAKER_SECONDS, TokenBucketRateLimiter
 from tests.support import assert_envelope
 from tests.test_traffic import (BAD_KEY, _app_on, disposable_redis,  # noqa: F401 - a fixture
-                                wait_for_redis)
+                                start_redis)
 
 
 def test_the_token_bucket_is_a_registered_strategy_and_the_database_a_storage():
@@ -134,14 +132,10 @@ def test_a_restarted_redis_is_found_again_by_each_thread(settings, migrated, mak
     spent = [(200, "96"), (200, "97"), (200, "98"), (200, "99")]
     with ThreadPoolExecutor(3) as pool:  # the same threads before and after the restart
         assert sorted([remaining(), *pool.map(remaining, range(3))]) == spent
-        port = url.rsplit(":", 1)[1].split("/")[0]
         process.kill()
         process.wait()
-        restarted = subprocess.Popen([shutil.which("redis-server"), "--port", port, "--bind",
-                                      "127.0.0.1", "--save", "", "--appendonly", "no"],
-                                     stdout=subprocess.DEVNULL)
+        restarted = start_redis(int(url.rsplit(":", 1)[1].split("/")[0]))
         try:
-            wait_for_redis(int(port))
             time.sleep(BREAKER_SECONDS)  # had a thread seen the outage, it asks again by now
             answers = [remaining(), *pool.map(remaining, range(3))]
         finally:

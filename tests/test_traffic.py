@@ -170,28 +170,30 @@ def test_no_cors_by_default(client):
 @pytest.fixture
 def disposable_redis():
     """A Redis of our own on a free port, so the test can stop it without touching others."""
-    binary = shutil.which("redis-server")
-    if binary is None:
+    if shutil.which("redis-server") is None:
         pytest.skip("redis-server is not installed: the Redis outage test needs one to stop")
     port = free_port()
-    process = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                                "--appendonly", "no"], stdout=subprocess.DEVNULL)
-    wait_for_redis(port)
+    process = start_redis(port)
     yield f"redis://127.0.0.1:{port}/0", process
     process.kill()
     process.wait()
 
 
-def wait_for_redis(port):
+def start_redis(port):
+    """A redis-server on `port` that keeps nothing on disk, once it answers."""
     import redis
 
+    process = subprocess.Popen([shutil.which("redis-server"), "--port", str(port), "--bind",
+                                "127.0.0.1", "--save", "", "--appendonly", "no"],
+                               stdout=subprocess.DEVNULL)
     client = redis.Redis(port=port)
     for _ in range(100):
         try:
             client.ping()
-            return
+            return process
         except redis.ConnectionError:
             time.sleep(0.05)
+    process.kill()
     raise AssertionError(f"no Redis answered on port {port}")
 
 

@@ -134,7 +134,7 @@ def _check(connection):
     try:
         if connection.can_read():
             connection.disconnect()
-    except (ConnectionError, TimeoutError, OSError, redis.RedisError):
+    except (OSError, redis.RedisError):  # a socket's errors and redis-py's own
         connection.disconnect()
 
 
