@@ -7,7 +7,7 @@ from collections import defaultdict
 
 from common import verify_workload  # first: it puts the repository on sys.path
 from app import database  # noqa: E402
-from app.traffic import bucket  # noqa: E402
+from app.traffic import strategy  # noqa: E402
 
 spent = defaultdict(float)
 
@@ -46,8 +46,9 @@ def main():
 
     database._rows = timed_rows
     database._run = timed("db: BEGIN / COMMIT", database._run)
-    bucket.RedisBucket.take = timed("redis: token bucket", bucket.RedisBucket.take)
-    bucket.RedisBucket.available = timed("redis: ping", bucket.RedisBucket.available)
+    tokens = strategy._RedisTokens  # pylint: disable=protected-access
+    tokens.take_token = timed("redis: token bucket", tokens.take_token)
+    tokens.peek_tokens = timed("redis: token bucket, read only", tokens.peek_tokens)
 
     for label, call in (("verify", lambda body: client.post("/v1/intent/verify", headers=headers,
                                                             json=body)),

@@ -13,7 +13,7 @@ TICK_MS = 1000 / os.sysconf("SC_CLK_TCK")
 KINDS = ("gunicorn", "postgres", "redis")
 
 
-def _processes():
+def processes():
     """Yield (pid, ppid, comm, cpu ticks) for every process still readable."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -32,7 +32,7 @@ def _processes():
 def sample(gunicorn_master):
     """CPU ms used so far by each kind; gunicorn means this master and its workers."""
     totals = dict.fromkeys(KINDS, 0.0)
-    for pid, ppid, comm, ticks in _processes():
+    for pid, ppid, comm, ticks in processes():
         if pid == gunicorn_master or ppid == gunicorn_master:
             totals["gunicorn"] += ticks * TICK_MS
         elif comm.startswith("postgres"):

@@ -86,17 +86,31 @@ def _wal_lsn():
     return int(out.strip())
 
 
+def _postgres_pids():
+    return {pid for pid, _ppid, comm, _ticks in cpu.processes() if comm.startswith("postgres")}
+
+
+def _wait_reaped(earlier, timeout=10):
+    """Wait until pgbench's backends are gone: an exiting backend's CPU shows neither in its own
+    /proc entry nor in the postmaster's cutime until the postmaster reaps it, so a sample taken
+    as pgbench returns can miss the whole run's CPU (seen here: 0.000 ms per call)."""
+    deadline = time.monotonic() + timeout
+    while _postgres_pids() - earlier and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def pgbench(script, values, clients, seconds):
     with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as handle:
         handle.write(script)
     defines = [arg for name, value in values.items() for arg in ("-D", f"{name}={value}")]
     subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-d", DATABASE, "-qc",
                     "CHECKPOINT"], check=True)
-    wal, before = _wal_lsn(), cpu.sample(None)
+    wal, backends, before = _wal_lsn(), _postgres_pids(), cpu.sample(None)
     out = subprocess.run(["pgbench", "-h", "127.0.0.1", "-U", "postgres", "-n", "-M", "simple",
                           "-c", str(clients), "-j", "2", "-T", str(seconds), *defines,
                           "-f", handle.name, DATABASE],
                          check=True, capture_output=True, text=True).stdout
+    _wait_reaped(backends)
     after, wal = cpu.sample(None), _wal_lsn() - wal
     os.unlink(handle.name)
     count = int(re.search(r"number of transactions actually processed: (\d+)", out).group(1))

@@ -1,13 +1,11 @@
 """The verification gate: consume the intent, count the verification, judge the response.
 
 CONTRACT.md's checks are written once, in order, as SQL conditions (`_checks`); the first that
-holds is the block reason. The steps are written once too, as SQLAlchemy Core statements:
-count the verification (never past the plan), read the intent, consume it, record the match_id
-when every other check passed, name the reason. PostgreSQL runs them as one statement of
-data-modifying CTEs (one round trip, atomic, self-committing); SQLite runs the same steps in
-sequence inside one BEGIN IMMEDIATE transaction. Atomicity is the database's: the conditional
-UPDATE consumes an intent at most once however many workers race for it, the seen_responses key
-catches a replayed match_id, and the usage upsert never passes the plan limit.
+holds is the block reason. The steps are SQLAlchemy Core statements, also written once: count
+the verification (never past the plan), consume the intent, record the match_id when every
+other check passed, name the reason, count the outcome for the day. PostgreSQL runs them in a
+PL/pgSQL function (one round trip, atomic, self-committing); SQLite runs the same statements
+under the same conditions from Python, inside one BEGIN IMMEDIATE transaction.
 
 The intent's one write (consumed_at, and the match_id it records) touches no indexed column, so
 PostgreSQL makes it a HOT update: no index entry, the least WAL (deploy/README: capacity).
@@ -17,8 +15,7 @@ import logging
 
 from flask import current_app
 from intentgate.signing import MAX_SAFE_INTEGER
-from sqlalchemy import (String, and_, bindparam, case, exists, literal, not_, select, true,
-                        update)
+from sqlalchemy import and_, bindparam, case, literal, not_, select, true, update
 
 from app import crypto, database
 from app.clock import billing_period, now_seconds, utc_day
@@ -60,14 +57,15 @@ def verify(principal, original_intent_hash, response):
         "timestamp": response["timestamp"],  # within +/-(2**53 - 1): the schema says so
         "skew": current_app.config["CLOCK_SKEW_SECONDS"],
     }
-    metered = principal.kind == "tenant"
-    if metered:
+    # A tenant's verification is counted against its plan; an admin key's is not.
+    params.update(tenant_id=None, period=None, day=None, plan_limit=None, event_id=None)
+    if principal.kind == "tenant":
         params.update(tenant_id=principal.id, period=billing_period(), day=utc_day(),
                       plan_limit=monthly_limit(principal.tenant.plan),
                       event_id=events.new_event_id())
     if database.current().composes_writes:
-        return _in_one_statement(metered, params)
-    return _step_by_step(metered, params)
+        return _in_one_call(params)
+    return _step_by_step(params)
 
 
 def _checks(expires_at, issued_at, consumed_id, first_sighting):
@@ -89,10 +87,6 @@ def _may_record(expires_at, issued_at, consumed_id):
     return and_(*(not_(blocks) for _, blocks in checks[:-1]))
 
 
-def _reason(checks):
-    return case(*((blocks, literal(reason)) for reason, blocks in checks)).label("reason")
-
-
 # -- the steps --------------------------------------------------------------------------------
 
 def _this_intent():
@@ -102,6 +96,7 @@ def _this_intent():
 
 
 def _read_intent():
+    """The intent as it is, for a verification that did not consume it (unknown, or used)."""
     intents = Intent.__table__
     return select(intents.c.issued_at, intents.c.expires_at).where(_this_intent())
 
@@ -114,95 +109,111 @@ def _consume():
                      bindparam("match_id")), else_=None)
     return (update(intents).where(_this_intent(), intents.c.consumed_at.is_(None))
             .values(consumed_at=bindparam("now"), match_id=recorded)
-            .returning(intents.c.id, intents.c.match_id))
+            .returning(intents.c.id, intents.c.match_id, intents.c.issued_at,
+                       intents.c.expires_at))
 
 
-def _record_sighting(intent_id, match_id):
-    """Record the consumed intent's match_id, if it noted one; a row back when it was new."""
+def _record_sighting():
+    """Record the consumed intent's match_id (:recorded_match_id); a row back when it was new."""
     seen = SeenResponse.__table__
-    sighting = select(bindparam("owner"), match_id, intent_id).where(match_id.is_not(None))
     return (database.current().insert(seen)
-            .from_select([seen.c.owner, seen.c.match_id, seen.c.intent_id], sighting)
+            .values(owner=bindparam("owner"), match_id=bindparam("recorded_match_id"),
+                    intent_id=bindparam("consumed_id"))
             .on_conflict_do_nothing().returning(seen.c.intent_id))
 
 
-# -- PostgreSQL: the steps as one statement ---------------------------------------------------
-
-def _composed(metered):
-    known = _read_intent().cte("known")
-    consume = _consume()
-    columns = []
-    if metered:
-        counted = metering.count_statement().cte("counted")
-        # Consumed only if counted: a verify refused at the plan limit changes nothing.
-        consume = consume.where(exists(select(counted.c.usage_count)))
-        columns.append(select(counted.c.usage_count).scalar_subquery().label("usage_count"))
-    consumed = consume.cte("consumed")
-    # The statement's snapshot predates the UPDATE: `known` reads the intent as it was.
-    expires_at = select(known.c.expires_at).scalar_subquery()
-    issued_at = select(known.c.issued_at).scalar_subquery()
-    consumed_id = select(consumed.c.id).scalar_subquery()
-    sighting = _record_sighting(consumed.c.id, consumed.c.match_id).cte("sighting")
-    checks = _checks(expires_at, issued_at, consumed_id, exists(select(sighting.c.intent_id)))
-    if not metered:
-        return select(_reason(checks), *columns)
-    verdict = select(_reason(checks)).cte("verdict")
-    # The day's row by outcome, in the statement that counts the month: they always agree.
-    daily = metering.count_daily_statement(verdict.c.reason, verdict,
-                                           exists(select(counted.c.usage_count))).cte("daily")
-    # usage.threshold, raised by the one verification whose count crosses a threshold.
-    alerted = events.threshold_statement(counted).cte("alerted")
-    return select(verdict.c.reason, *columns).add_cte(daily).add_cte(alerted)
+def _reason():
+    """The first check that blocks, over what the steps before found (None: cleared)."""
+    checks = _checks(bindparam("expires_at"), bindparam("issued_at"), bindparam("consumed_id"),
+                     bindparam("first_sighting"))
+    return case(*((blocks, literal(reason)) for reason, blocks in checks))
 
 
-# A tenant's verify, the hot path, is a function PostgreSQL plans once per connection; an admin
-# key's (unmetered, rare) runs the statement itself.
-VERIFY_FUNCTION = database.Function(
-    "intentgate_verify", lambda: _composed(metered=True),
+# The steps, in order, once per dialect: the same statements under the same conditions.
+# - count the verification for the month (metered: a tenant's key); if the plan is used up,
+#   stop: nothing is consumed or counted, and the answer is the 429;
+# - raise the usage.threshold events that count crosses (a limited plan only);
+# - consume the intent; if it was not consumed (unknown or used), read it as it is;
+# - record the match_id the consume noted, if it noted one: a first sighting if new;
+# - name the reason, and count the verification by outcome for the day (metered).
+# Atomicity is the database's: the conditional UPDATE consumes an intent at most once however
+# many workers race for it, the seen_responses key catches a replayed match_id, and the usage
+# upsert never passes the plan limit; one transaction holds all the steps.
+
+# PostgreSQL: one function, one round trip, its own transaction (or the caller's).
+def _verify_steps(sql):
+    return f"""IF p_tenant_id IS NOT NULL THEN
+  {sql(metering.count_statement())} INTO p_usage_count;
+  IF p_usage_count IS NULL THEN
+    RETURN;
+  END IF;
+  IF p_plan_limit IS NOT NULL THEN
+    {sql(events.threshold_statement())};
+  END IF;
+END IF;
+{sql(_consume())} INTO p_consumed_id, p_recorded_match_id, p_issued_at, p_expires_at;
+IF p_consumed_id IS NULL THEN
+  {sql(_read_intent())} INTO p_issued_at, p_expires_at;
+END IF;
+p_first_sighting := false;
+IF p_recorded_match_id IS NOT NULL THEN
+  {sql(_record_sighting())} INTO p_sighting;
+  p_first_sighting := FOUND;
+END IF;
+p_reason := {sql(_reason())};
+IF p_tenant_id IS NOT NULL THEN
+  {sql(metering.count_daily_statement())};
+END IF;
+reason := p_reason;
+usage_count := p_usage_count;
+RETURN NEXT;"""
+
+
+# Every verify runs it (tenant_id NULL: an admin key's, not metered), as a function PostgreSQL
+# plans once per connection.
+VERIFY_FUNCTION = database.Procedure(
+    "intentgate_verify", _verify_steps,
     arguments=[("now", "bigint"), ("intent_hash", "text"), ("owner", "text"),
                ("match_id", "text"), ("signature_ok", "boolean"), ("timestamp", "bigint"),
                ("skew", "bigint"), ("tenant_id", "integer"), ("period", "text"), ("day", "text"),
                ("plan_limit", "bigint"), ("event_id", "text")],
+    variables=[("usage_count", "bigint"), ("consumed_id", "bigint"),
+               ("recorded_match_id", "text"), ("issued_at", "bigint"), ("expires_at", "bigint"),
+               ("sighting", "bigint"), ("first_sighting", "boolean"), ("reason", "text")],
     returns=[("reason", "text"), ("usage_count", "bigint")],
 )
 
 
-def _in_one_statement(metered, params):
-    if not metered:
-        return database.first("gate_unmetered", lambda: _composed(metered=False), params).reason
+def _in_one_call(params):
     row = database.call(VERIFY_FUNCTION, params)
-    if row.usage_count is None:
+    if row is None:
         metering.refuse_over_limit()
     return row.reason
 
 
-# -- SQLite: the same steps in sequence, in one transaction -----------------------------------
-
-def _stepped(build):
-    """`build` over the values earlier steps returned (bound parameters on this path)."""
-    return build(bindparam("expires_at"), bindparam("issued_at"), bindparam("consumed_id"))
-
-
-def _step_by_step(metered, params):
-    if metered:
+# SQLite: the same steps from Python, inside the view's BEGIN IMMEDIATE transaction.
+def _step_by_step(params):
+    if params["tenant_id"] is not None:
         counted = database.first("count", metering.count_statement, params)
         if counted is None:
             metering.refuse_over_limit()
-        database.execute("raise_thresholds", events.threshold_statement,
-                         {**params, "usage_count": counted.usage_count})
-    known = database.first("read_intent", _read_intent, params)
+        params["usage_count"] = counted.usage_count
+        if params["plan_limit"] is not None:
+            database.execute("raise_thresholds", events.threshold_statement, params)
     consumed = database.first("consume_intent", _consume, params)
-    params.update(expires_at=known and known.expires_at, issued_at=known and known.issued_at,
-                  consumed_id=consumed and consumed.id, first_sighting=False,
-                  recorded_match_id=consumed and consumed.match_id)
-    params["first_sighting"] = bool(database.execute(
-        "record_sighting", lambda: _record_sighting(
-            bindparam("consumed_id"), bindparam("recorded_match_id", type_=String)), params))
-    reason = database.first("reason", lambda: select(_reason(_stepped(
-        lambda *values: _checks(*values, bindparam("first_sighting"))))), params).reason
-    if metered:
-        database.execute("count_daily", lambda: metering.count_daily_statement(
-            bindparam("reason")), {**params, "reason": reason})
+    if consumed is None:
+        known = database.first("read_intent", _read_intent, params)
+        params.update(consumed_id=None, recorded_match_id=None,
+                      issued_at=known and known.issued_at, expires_at=known and known.expires_at)
+    else:
+        params.update(consumed_id=consumed.id, recorded_match_id=consumed.match_id,
+                      issued_at=consumed.issued_at, expires_at=consumed.expires_at)
+    params["first_sighting"] = params["recorded_match_id"] is not None and bool(
+        database.execute("record_sighting", _record_sighting, params))
+    reason = database.first("reason", lambda: select(_reason().label("reason")), params).reason
+    if params["tenant_id"] is not None:
+        database.execute("count_daily", metering.count_daily_statement,
+                         {**params, "reason": reason})
     return reason
 
 

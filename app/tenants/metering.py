@@ -1,7 +1,7 @@
 """Monthly plan limits: the rule, the counting statement, and the 429 that refuses the rest."""
 from datetime import datetime, timezone
 
-from sqlalchemy import BigInteger, bindparam, case, literal, or_, select
+from sqlalchemy import BigInteger, String, bindparam, case, literal, or_
 
 from app import database
 from app.errors import TooManyRequests
@@ -53,22 +53,17 @@ REASON_COLUMNS = {
 }
 
 
-def count_daily_statement(reason, source=None, counted=None):
-    """Count one verification with its outcome (`reason`, NULL when cleared) for
-    (:tenant_id, :day). `source` is what `reason` is selected from, and `counted` a condition
-    under which it counts (the monthly count went in), when the gate composes its steps."""
+def count_daily_statement():
+    """Count one verification with its outcome (:reason, NULL when cleared) for
+    (:tenant_id, :day)."""
     daily = DailyUsage.__table__
+    reason = bindparam("reason", type_=String)
     outcomes = {"verifications": literal(1),
                 "cleared": case((reason.is_(None), 1), else_=0)}
     outcomes.update({column: case((reason == literal(name), 1), else_=0)
                      for name, column in REASON_COLUMNS.items()})
-    row = select(bindparam("tenant_id"), bindparam("day"), *outcomes.values())
-    if source is not None:
-        row = row.select_from(source)
-    # SQLite needs a WHERE before ON CONFLICT in an INSERT ... SELECT.
-    row = row.where(counted if counted is not None else literal(True))
-    statement = database.current().insert(daily).from_select(
-        [daily.c.tenant_id, daily.c.day, *(daily.c[column] for column in outcomes)], row)
+    statement = database.current().insert(daily).values(
+        tenant_id=bindparam("tenant_id"), day=bindparam("day"), **outcomes)
     return statement.on_conflict_do_update(
         index_elements=[daily.c.tenant_id, daily.c.day],
         set_={column: daily.c[column] + statement.excluded[column] for column in outcomes})

@@ -77,16 +77,15 @@ def _text(value):
     return cast(value, Text)
 
 
-def threshold_statement(counted=None):
-    """INSERT the `usage.threshold` events the verification counted as :usage_count (or the
-    `counted` CTE's usage_count) raises: one per tenant threshold whose crossing count it is.
+def threshold_statement():
+    """INSERT the `usage.threshold` events the verification counted as :usage_count raises:
+    one per tenant threshold whose crossing count it is.
     Nothing when the plan is unlimited (:plan_limit NULL) or no threshold is crossed; the
     tenant's thresholds are read by its key, a probe of a few rows."""
     alerts, events = UsageAlert.__table__, WebhookEvent.__table__
     plan_limit = bindparam("plan_limit", type_=BigInteger)
     period = bindparam("period", type_=String)
-    usage_count = (counted.c.usage_count if counted is not None
-                   else bindparam("usage_count", type_=BigInteger))
+    usage_count = bindparam("usage_count", type_=BigInteger)
     threshold = alerts.c.threshold
     # ceil(limit * threshold / 100) in integers: exact in both dialects.
     crossing = (plan_limit * threshold + 99) // 100
@@ -100,8 +99,6 @@ def threshold_statement(counted=None):
         literal(USAGE_THRESHOLD + ":", String) + period + literal(":", String)
         + _text(threshold),
     ).where(alerts.c.tenant_id == bindparam("tenant_id"), usage_count == crossing)
-    if counted is not None:
-        raised = raised.select_from(alerts).select_from(counted)
     columns = [events.c.tenant_id, events.c.id, events.c.type, events.c.data,
                events.c.created_at, events.c.dedupe_key]
     return (database.current().insert(events).from_select(columns, raised)
