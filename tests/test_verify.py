@@ -4,8 +4,11 @@ from pathlib import Path
 
 import pytest
 import time_machine
+from sqlalchemy import func, select
 
+from app.extensions import db
 from app.intents.signature import matches, signing_message, sign as server_sign
+from app.tenants.models import DailyUsage, MonthlyUsage
 from app.tenants import service as tenant_service
 from app.sql import unit_of_work
 from tests.support import assert_envelope, scale_response, sign
@@ -239,6 +242,32 @@ def test_admin_keys_verify_with_their_own_secret(client, runner):
     verdict = client.post("/v1/intent/verify", headers=headers,
                           json={"original_intent_hash": intent_hash, "response": response})
     assert verdict.get_json()["cleared"] is True
+
+
+def test_an_admin_keys_verify_is_judged_as_a_tenants_but_never_counted(app, client, runner):
+    """An admin key's verify runs the same gate (on PostgreSQL, the same function with no
+    tenant): single use and the replay checks hold, and no usage row is written."""
+    issued = json.loads(runner.invoke(args=["admin-keys", "create", "--name", "svc", "--json"]).stdout)
+    headers, secret = {"X-Service-Key": issued["api_key"]}, issued["signing_secret"]
+
+    def verify(intent_hash, response):
+        answer = client.post("/v1/intent/verify", headers=headers,
+                             json={"original_intent_hash": intent_hash, "response": response})
+        assert answer.status_code == 200, answer.get_json()
+        return answer.get_json()["reason"]
+
+    first, second = (client.post("/v1/intent/generate", headers=headers,
+                                 json={"user_token": "admin-user-token"}).get_json()["intent_hash"]
+                     for _ in range(2))
+    response = scale_response(secret, first, match_id="admin-match")
+    assert verify(first, response) is None
+    assert verify(first, response) == "ReplayedIntent"
+    assert verify(second, scale_response(secret, second, match_id="admin-match")) == \
+        "ReplayedResponse"
+    assert verify("sha256:" + "0" * 64, scale_response(secret, first)) == "UnknownIntent"
+    with app.app_context():
+        assert db.session.execute(select(func.count()).select_from(MonthlyUsage)).scalar() == 0
+        assert db.session.execute(select(func.count()).select_from(DailyUsage)).scalar() == 0
 
 
 GOOD = {"match_id": "m", "payload": {}, "timestamp": 1, "signature": "00"}
