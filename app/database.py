@@ -132,10 +132,9 @@ class Procedure(Function):
     pays at every call for setting up all its plan nodes and subplans, those of the branches it
     will not take included; a few plain statements, each run only when the steps before call
     for it, cost the gate 6-12 % less (0.30 ms -> 0.28 for a limited plan, 0.265 for an
-    unlimited one). `steps(sql)` writes the body: `sql(statement)` is
-    a Core statement compiled for PostgreSQL, its parameters the function's arguments and
-    `variables` (both p_<name>), to be completed with `INTO p_<name>, ...` where it returns
-    rows. The body assigns the result columns and ends with RETURN NEXT; a plain RETURN before
+    unlimited one). `steps(sql)` writes the body: `sql(statement)` is a Core statement compiled
+    for PostgreSQL, its parameters the function's arguments and `variables` (both p_<name>), to
+    be completed with `INTO p_<name>, ...` where it returns rows. The body assigns the result columns and ends with RETURN NEXT; a plain RETURN before
     it answers no row. PostgreSQL's only: on SQLite the caller runs the same statements itself."""
 
     def __init__(self, name, steps, arguments, variables, returns):
