@@ -319,3 +319,54 @@ def test_each_consumed_intent_gets_its_own_match_id_and_the_replay_records_stay(
         db.session.remove()
         db.engine.dispose()
     app.extensions["database"].engine.dispose()
+
+
+BEFORE_COUNTER_SHARDS = "f3b5d7e9a162"
+DAILY_COLUMNS = ("tenant_id, day, verifications, cleared, unknown_intent, expired_intent,"
+                 " replayed_intent, invalid_signature, timestamp_out_of_window, replayed_response")
+
+
+def test_counters_become_shard_0_and_the_downgrade_merges_the_shards(base_settings,
+                                                                     empty_database_url):
+    app = create_app({**base_settings, "SQLALCHEMY_DATABASE_URI": empty_database_url})
+
+    def run(sql, **params):
+        return db.session.execute(text(sql), {"tenant": tenant_id, **params})
+
+    def rows(sql, **params):
+        return run(sql, **params).all()
+
+    with app.app_context():
+        upgrade(revision=BEFORE_COUNTER_SHARDS)
+        tenant_id = _old_tenant("shards@example.com")
+        run("INSERT INTO monthly_usage (tenant_id, period, usage_count)"
+             " VALUES (:tenant, :period, 7)", period=billing_period())
+        run(f"INSERT INTO daily_usage ({DAILY_COLUMNS})"
+             " VALUES (:tenant, '2026-11-01', 7, 5, 2, 0, 0, 0, 0, 0)")
+        db.session.commit()
+        upgrade()
+        assert rows("SELECT shard, usage_count FROM monthly_usage") == [(0, 7)]
+        assert rows("SELECT shard, verifications FROM daily_usage") == [(0, 7)]
+        # Counts other connections made on shards of their own.
+        run("INSERT INTO monthly_usage (tenant_id, period, shard, usage_count)"
+             " VALUES (:tenant, :period, 3, 4), (:tenant, :period, 12, 1)",
+             period=billing_period())
+        run(f"INSERT INTO daily_usage ({DAILY_COLUMNS}, shard)"
+             " VALUES (:tenant, '2026-11-01', 4, 4, 0, 0, 0, 0, 0, 0, 3),"
+             " (:tenant, '2026-11-02', 1, 0, 0, 0, 0, 1, 0, 0, 12)")
+        db.session.commit()
+        downgrade(revision=BEFORE_COUNTER_SHARDS)
+        assert "shard" not in {column["name"] for column in
+                               inspect(db.engine).get_columns("monthly_usage")}
+        assert rows("SELECT period, usage_count FROM monthly_usage") == [(billing_period(), 12)]
+        assert rows("SELECT day, verifications, cleared, unknown_intent, invalid_signature"
+                    " FROM daily_usage ORDER BY day") == [("2026-11-01", 11, 9, 2, 0),
+                                                          ("2026-11-02", 1, 0, 0, 1)]
+        if TEST_DATABASE_URL:  # the previous gate is back, counting on the one row
+            assert rows("SELECT reason, usage_count FROM intentgate_verify(5, 'sha256:none',"
+                        " 'tenant:1', 'm', true, 5, 60, :tenant, :period, '2026-11-02', 1000,"
+                        " 'evt')", period=billing_period()) == [("UnknownIntent", 13)]
+        db.session.commit()
+        db.session.remove()
+        db.engine.dispose()
+    app.extensions["database"].engine.dispose()

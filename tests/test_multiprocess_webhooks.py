@@ -123,7 +123,7 @@ def test_two_workers_on_one_outbox_make_each_attempt_once(app, client, tenant, w
 
 def _set_usage(app, tenant, usage_count):
     with app.app_context(), unit_of_work():
-        row = db.session.get(MonthlyUsage, (tenant.tenant_id, billing_period()))
+        row = db.session.get(MonthlyUsage, (tenant.tenant_id, billing_period(), 0))
         if row is None:
             db.session.add(MonthlyUsage(tenant_id=tenant.tenant_id, period=billing_period(),
                                         usage_count=usage_count))

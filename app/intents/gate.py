@@ -130,8 +130,8 @@ def _reason():
 
 
 # The steps, in order, once per dialect: the same statements under the same conditions.
-# - count the verification for the month (metered: a tenant's key); if the plan is used up,
-#   stop: nothing is consumed or counted, and the answer is the 429;
+# - count the verification for the month (metered: a tenant's key); if a limited plan is used
+#   up, stop: nothing is consumed or counted, and the answer is the 429;
 # - raise the usage.threshold events that count crosses (a limited plan only);
 # - consume the intent; if it was not consumed (unknown or used), read it as it is;
 # - record the match_id the consume noted, if it noted one: a first sighting if new;
@@ -143,11 +143,13 @@ def _reason():
 # PostgreSQL: one function, one round trip, its own transaction (or the caller's).
 def _verify_steps(sql):
     return f"""IF p_tenant_id IS NOT NULL THEN
-  {sql(metering.count_statement())} INTO p_usage_count;
-  IF p_usage_count IS NULL THEN
-    RETURN;
-  END IF;
-  IF p_plan_limit IS NOT NULL THEN
+  IF p_plan_limit IS NULL THEN
+    {sql(metering.count_statement())};
+  ELSE
+    {sql(metering.count_within_plan_statement())} INTO p_usage_count;
+    IF p_usage_count IS NULL THEN
+      RETURN;
+    END IF;
     {sql(events.threshold_statement())};
   END IF;
 END IF;
@@ -170,7 +172,8 @@ RETURN NEXT;"""
 
 
 # Every verify runs it (tenant_id NULL: an admin key's, not metered), as a function PostgreSQL
-# plans once per connection.
+# plans once per connection. It answers the reason and, for a limited plan, the month's new
+# usage_count; no row when that plan is used up.
 VERIFY_FUNCTION = database.Procedure(
     "intentgate_verify", _verify_steps,
     arguments=[("now", "bigint"), ("intent_hash", "text"), ("owner", "text"),
@@ -193,13 +196,15 @@ def _in_one_call(params):
 
 # SQLite: the same steps from Python, inside the view's BEGIN IMMEDIATE transaction.
 def _step_by_step(params):
-    if params["tenant_id"] is not None:
-        counted = database.first("count", metering.count_statement, params)
+    if params["tenant_id"] is not None and params["plan_limit"] is None:
+        database.execute("count", metering.count_statement, params)
+    elif params["tenant_id"] is not None:
+        counted = database.first("count_within_plan", metering.count_within_plan_statement,
+                                 params)
         if counted is None:
             metering.refuse_over_limit()
         params["usage_count"] = counted.usage_count
-        if params["plan_limit"] is not None:
-            database.execute("raise_thresholds", events.threshold_statement, params)
+        database.execute("raise_thresholds", events.threshold_statement, params)
     consumed = database.first("consume_intent", _consume, params)
     if consumed is None:
         known = database.first("read_intent", _read_intent, params)

@@ -5,15 +5,15 @@ admin API and the CLI; the caller owns the transaction.
 import logging
 import secrets
 
-from sqlalchemy import and_, bindparam, func, literal, or_, select, update
+from sqlalchemy import bindparam, func, literal, or_, select, update
 
 from app import crypto, database
 from app.clock import billing_period, expiry, now_seconds
 from app.errors import Conflict, NotFound, Unauthorized
 from app.extensions import db
-from app.tenants import audit, scopes as key_scopes
+from app.tenants import audit, metering, scopes as key_scopes
 from app.tenants.tenant_row import existing_tenant, locked_tenant
-from app.tenants.models import ApiKey, MonthlyUsage, SigningKey, Tenant
+from app.tenants.models import ApiKey, SigningKey, Tenant
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ def rotate(tenant_id, key_id=None):
 
 def _tenant_by_key_digest():
     tenants, keys = Tenant.__table__, ApiKey.__table__
-    usage, signing = MonthlyUsage.__table__, SigningKey.__table__
+    signing = SigningKey.__table__
     # The active Ed25519 public keys ride along (comma-separated base64), so verifying with
     # them costs no second round trip; a tenant without keys pays one index probe.
     aggregate = func.string_agg if database.current().dialect_name == "postgresql" \
@@ -135,12 +135,10 @@ def _tenant_by_key_digest():
     )
     return (
         select(*(tenants.c[name] for name, _ in _TENANT_COLUMNS), keys.c.id.label("api_key_id"),
-               keys.c.key_digest, keys.c.prefix, keys.c.scopes, usage.c.usage_count,
+               keys.c.key_digest, keys.c.prefix, keys.c.scopes,
+               metering.month_total(tenants.c.id, bindparam("period")).label("usage_count"),
                public_keys)
-        .select_from(
-            keys.join(tenants, tenants.c.id == keys.c.tenant_id)
-            .outerjoin(usage, and_(usage.c.tenant_id == tenants.c.id,
-                                   usage.c.period == bindparam("period"))))
+        .select_from(keys.join(tenants, tenants.c.id == keys.c.tenant_id))
         .where(keys.c.key_digest == bindparam("digest"), keys.c.revoked_at.is_(None),
                or_(keys.c.expires_at.is_(None), keys.c.expires_at > bindparam("now")))
     )

@@ -1,7 +1,8 @@
 import base64
 import hashlib
 
-from sqlalchemy import BigInteger, Boolean, DateTime, ForeignKey, Integer, String, Text
+from sqlalchemy import (BigInteger, Boolean, DateTime, ForeignKey, Integer, SmallInteger, String,
+                        Text)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.clock import utcnow
@@ -69,8 +70,9 @@ class AuditEntry(db.Model):
 
 
 class DailyUsage(db.Model):
-    """Verifications per tenant and UTC day by outcome, counted in the gate's own statement
-    together with monthly_usage, so a month's days add up to its usage_count."""
+    """Verifications per tenant and UTC day by outcome, counted in the gate's own transaction
+    together with monthly_usage, so a month's days add up to its usage_count. A day is the sum
+    of its shards (app.tenants.metering.SHARDS)."""
 
     __tablename__ = "daily_usage"
 
@@ -78,6 +80,8 @@ class DailyUsage(db.Model):
         ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True
     )
     day: Mapped[str] = mapped_column(String(10), primary_key=True)  # YYYY-MM-DD, UTC
+    shard: Mapped[int] = mapped_column(SmallInteger, primary_key=True, default=0,
+                                       server_default="0")
     verifications: Mapped[int] = mapped_column(BigInteger, default=0)
     cleared: Mapped[int] = mapped_column(BigInteger, default=0)
     unknown_intent: Mapped[int] = mapped_column(BigInteger, default=0)
@@ -112,7 +116,8 @@ class SigningKey(db.Model):
 
 
 class MonthlyUsage(db.Model):
-    """Verifications counted per tenant and calendar month (UTC), one row per pair."""
+    """Verifications counted per tenant and calendar month (UTC): the month's usage_count is
+    the sum of its shards (app.tenants.metering.SHARDS); a limited plan counts on shard 0."""
 
     __tablename__ = "monthly_usage"
 
@@ -120,4 +125,6 @@ class MonthlyUsage(db.Model):
         ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True
     )
     period: Mapped[str] = mapped_column(String(7), primary_key=True)
+    shard: Mapped[int] = mapped_column(SmallInteger, primary_key=True, default=0,
+                                       server_default="0")
     usage_count: Mapped[int] = mapped_column(BigInteger, default=0)

@@ -9,8 +9,8 @@ from app.clock import billing_period, now_seconds
 from app.errors import NotFound
 from app.extensions import db
 from app.sql import MAX_ID, insert_unique
-from app.tenants import audit, keys, mail, scopes, signing
-from app.tenants.models import MonthlyUsage, Tenant
+from app.tenants import audit, keys, mail, metering, scopes, signing
+from app.tenants.models import Tenant
 from app.tenants.plans import PAID_PLANS, monthly_limit
 from app.webhooks import events
 
@@ -118,12 +118,8 @@ def rotate_signing_secret(reference, grace_seconds=0):
 
 
 def current_usage_count(tenant_id):
-    count = db.session.execute(
-        select(MonthlyUsage.usage_count).where(
-            MonthlyUsage.tenant_id == tenant_id, MonthlyUsage.period == billing_period()
-        )
-    ).scalar()
-    return count or 0
+    return db.session.execute(
+        select(metering.month_total(tenant_id, billing_period()))).scalar_one()
 
 
 def usage(tenant, usage_count=None):

@@ -1,7 +1,7 @@
 """Daily usage by outcome: the rows the gate counts, as days with zeros where nothing ran."""
 from datetime import datetime, timedelta, timezone
 
-from sqlalchemy import select
+from sqlalchemy import BigInteger, cast, func, select
 
 from app.clock import utc_day
 from app.extensions import db
@@ -10,6 +10,7 @@ from app.tenants.tenant_row import existing_tenant
 from app.tenants.models import DailyUsage
 
 MAX_DAYS = 92
+COUNTS = ("verifications", "cleared", *REASON_COLUMNS.values())
 
 
 def daily(tenant_id, days):
@@ -17,10 +18,13 @@ def daily(tenant_id, days):
     existing_tenant(tenant_id)
     today = datetime.now(timezone.utc)
     dates = [utc_day(today - timedelta(days=back)) for back in range(days - 1, -1, -1)]
+    totals = (cast(func.sum(getattr(DailyUsage, column)), BigInteger).label(column)
+              for column in COUNTS)
     rows = {row.day: row for row in db.session.execute(
-        select(DailyUsage).where(DailyUsage.tenant_id == tenant_id,
-                                 DailyUsage.day >= dates[0], DailyUsage.day <= dates[-1])
-    ).scalars()}
+        select(DailyUsage.day, *totals)
+        .where(DailyUsage.tenant_id == tenant_id,
+               DailyUsage.day >= dates[0], DailyUsage.day <= dates[-1])
+        .group_by(DailyUsage.day))}  # a day is the sum of its shards
     return [_day(date, rows.get(date)) for date in dates]
 
 
