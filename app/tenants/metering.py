@@ -42,11 +42,14 @@ def _shard():
     return literal(0)
 
 
-def month_total(tenant_id, period):
-    """The month's usage_count (0 without a row) as a scalar subquery: the sum of its shards."""
+def month_total(tenant_id, period, but_shard_0=False):
+    """The month's usage_count (0 without a row) as a scalar subquery: the sum of its shards
+    (all but shard 0 when `but_shard_0`)."""
     usage = MonthlyUsage.__table__.alias("month_shards")
-    return cast(select(func.coalesce(func.sum(usage.c.usage_count), 0))
-                .where(usage.c.tenant_id == tenant_id, usage.c.period == period)
+    where = [usage.c.tenant_id == tenant_id, usage.c.period == period]
+    if but_shard_0:
+        where.append(usage.c.shard != 0)
+    return cast(select(func.coalesce(func.sum(usage.c.usage_count), 0)).where(*where)
                 .scalar_subquery(), BigInteger)
 
 
@@ -70,12 +73,8 @@ def count_within_plan_statement():
     or no row when the plan is used up."""
     plan_limit = bindparam("plan_limit", type_=BigInteger)
     usage = MonthlyUsage.__table__
-    others = usage.alias("other_shards")
-    counted_elsewhere = cast(
-        select(func.coalesce(func.sum(others.c.usage_count), 0))
-        .where(others.c.tenant_id == bindparam("tenant_id"),
-               others.c.period == bindparam("period"), others.c.shard != 0)
-        .scalar_subquery(), BigInteger)
+    counted_elsewhere = month_total(bindparam("tenant_id"), bindparam("period"),
+                                    but_shard_0=True)
     first = select(bindparam("tenant_id"), bindparam("period"), literal(0), literal(1)).where(
         within_plan(counted_elsewhere, plan_limit))
     return (

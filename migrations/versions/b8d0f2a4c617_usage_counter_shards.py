@@ -55,13 +55,13 @@ IF p_tenant_id IS NOT NULL THEN
     INSERT INTO monthly_usage (tenant_id, period, shard, usage_count) VALUES (p_tenant_id, p_period, mod(pg_backend_pid(), 16), 1) ON CONFLICT (tenant_id, period, shard) DO UPDATE SET usage_count = (monthly_usage.usage_count + 1);
   ELSE
     INSERT INTO monthly_usage (tenant_id, period, shard, usage_count) SELECT p_tenant_id AS anon_1, p_period AS anon_2, 0 AS anon_3, 1 AS anon_4 
-WHERE CAST((SELECT coalesce(sum(other_shards.usage_count), 0) AS coalesce_1 
-FROM monthly_usage AS other_shards 
-WHERE other_shards.tenant_id = p_tenant_id AND other_shards.period = p_period AND other_shards.shard != 0) AS BIGINT) < p_plan_limit ON CONFLICT (tenant_id, period, shard) DO UPDATE SET usage_count = (monthly_usage.usage_count + 1) WHERE monthly_usage.usage_count + CAST((SELECT coalesce(sum(other_shards.usage_count), 0) AS coalesce_1 
-FROM monthly_usage AS other_shards 
-WHERE other_shards.tenant_id = p_tenant_id AND other_shards.period = p_period AND other_shards.shard != 0) AS BIGINT) < p_plan_limit RETURNING monthly_usage.usage_count + CAST((SELECT coalesce(sum(other_shards.usage_count), 0) AS coalesce_1 
-FROM monthly_usage AS other_shards 
-WHERE other_shards.tenant_id = p_tenant_id AND other_shards.period = p_period AND other_shards.shard != 0) AS BIGINT) AS usage_count INTO p_usage_count;
+WHERE CAST((SELECT coalesce(sum(month_shards.usage_count), 0) AS coalesce_1 
+FROM monthly_usage AS month_shards 
+WHERE month_shards.tenant_id = p_tenant_id AND month_shards.period = p_period AND month_shards.shard != 0) AS BIGINT) < p_plan_limit ON CONFLICT (tenant_id, period, shard) DO UPDATE SET usage_count = (monthly_usage.usage_count + 1) WHERE monthly_usage.usage_count + CAST((SELECT coalesce(sum(month_shards.usage_count), 0) AS coalesce_1 
+FROM monthly_usage AS month_shards 
+WHERE month_shards.tenant_id = p_tenant_id AND month_shards.period = p_period AND month_shards.shard != 0) AS BIGINT) < p_plan_limit RETURNING monthly_usage.usage_count + CAST((SELECT coalesce(sum(month_shards.usage_count), 0) AS coalesce_1 
+FROM monthly_usage AS month_shards 
+WHERE month_shards.tenant_id = p_tenant_id AND month_shards.period = p_period AND month_shards.shard != 0) AS BIGINT) AS usage_count INTO p_usage_count;
     IF p_usage_count IS NULL THEN
       RETURN;
     END IF;
