@@ -28,10 +28,10 @@ def refuse_if_over_plan(principal):
 
 # A tenant's counters are rows per shard, summed when read. Concurrent verifications of one
 # tenant each add to the row of their own server connection (pg_backend_pid() modulo SHARDS)
-# instead of queuing for one row's lock: measured with pgbench at 8 clients and one tenant, the
-# gate cost PostgreSQL 0.49-0.52 ms per call on one row and 0.27-0.29 on sixteen, as with 64
-# tenants (deploy/README: capacity). A limited plan counts its month on shard 0 alone: only one
-# row's lock orders the counts exactly enough never to pass the plan.
+# instead of queuing for one row's lock: measured with bench/saturation.py, one tenant's
+# generate-and-verify pairs cost PostgreSQL 0.57 ms on one row and 0.47 on sixteen at 8
+# clients, 0.79 and 0.42 at 16 (deploy/README: capacity). A limited plan counts its month on
+# shard 0 alone: only one row's lock orders the counts exactly enough never to pass the plan.
 SHARDS = 16
 
 
