@@ -3,6 +3,7 @@ import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 import requests
 
 from app.clock import billing_period
@@ -59,13 +60,19 @@ def test_fifty_concurrent_verifies_of_one_intent_give_one_verdict(gunicorn, tena
     assert today["blocked"]["ReplayedIntent"] == 49 and sum(today["blocked"].values()) == 49
 
 
-def test_concurrent_verifies_at_the_plan_limit_count_exactly(app, gunicorn, make_tenant):
+@pytest.mark.parametrize("earlier", [{0: 990}, {0: 500, 7: 300, 12: 190}],
+                         ids=["one row", "over shards"])
+def test_concurrent_verifies_at_the_plan_limit_count_exactly(app, gunicorn, make_tenant,
+                                                             earlier):
+    """990 counted this month, on one row or (an unlimited plan's, before a move to this one)
+    over several shards: ten more clear, however many workers race for them."""
     server = gunicorn(workers=4, **ROOMY)
     tenant = make_tenant("free")
     hashes = [_generate(server, tenant) for _ in range(30)]
     with app.app_context():
-        db.session.merge(MonthlyUsage(tenant_id=tenant.tenant_id, period=billing_period(),
-                                      usage_count=990))
+        db.session.add_all(MonthlyUsage(tenant_id=tenant.tenant_id, period=billing_period(),
+                                        shard=shard, usage_count=count)
+                           for shard, count in earlier.items())
         db.session.commit()
     results = _all_at_once(30, lambda i: _verify(
         server, tenant, hashes[i], scale_response(tenant.signing_secret, hashes[i])))
@@ -81,6 +88,21 @@ def test_concurrent_verifies_at_the_plan_limit_count_exactly(app, gunicorn, make
     assert (today["verifications"], today["cleared"]) == (10, 10)
     late = _verify(server, tenant, hashes[0], scale_response(tenant.signing_secret, hashes[0]))
     assert late.status_code == 429
+
+
+def test_an_unlimited_plans_concurrent_verifies_are_each_counted_once(gunicorn, make_tenant):
+    """Counted on the shards of the workers' connections: the month and the day are exact."""
+    server = gunicorn(workers=4, **ROOMY)
+    tenant = make_tenant("enterprise")
+    hashes = [_generate(server, tenant) for _ in range(40)]
+    results = _all_at_once(40, lambda i: _verify(
+        server, tenant, hashes[i], scale_response(tenant.signing_secret, hashes[i])))
+    assert [r.json()["cleared"] for r in results] == [True] * 40
+    usage = requests.get(server.url + "/v1/tenant/usage", headers=tenant.headers, timeout=5).json()
+    assert usage["usage_count"] == 40
+    (today,) = requests.get(server.url + "/v1/tenant/usage/daily?days=1", headers=tenant.headers,
+                            timeout=5).json()["days"]
+    assert (today["verifications"], today["cleared"]) == (40, 40)
 
 
 def test_concurrent_idempotent_retries_execute_once(gunicorn, tenant):
