@@ -340,20 +340,20 @@ def test_counters_become_shard_0_and_the_downgrade_merges_the_shards(base_settin
         upgrade(revision=BEFORE_COUNTER_SHARDS)
         tenant_id = _old_tenant("shards@example.com")
         run("INSERT INTO monthly_usage (tenant_id, period, usage_count)"
-             " VALUES (:tenant, :period, 7)", period=billing_period())
+            " VALUES (:tenant, :period, 7)", period=billing_period())
         run(f"INSERT INTO daily_usage ({DAILY_COLUMNS})"
-             " VALUES (:tenant, '2026-11-01', 7, 5, 2, 0, 0, 0, 0, 0)")
+            " VALUES (:tenant, '2026-11-01', 7, 5, 2, 0, 0, 0, 0, 0)")
         db.session.commit()
         upgrade()
         assert rows("SELECT shard, usage_count FROM monthly_usage") == [(0, 7)]
         assert rows("SELECT shard, verifications FROM daily_usage") == [(0, 7)]
         # Counts other connections made on shards of their own.
         run("INSERT INTO monthly_usage (tenant_id, period, shard, usage_count)"
-             " VALUES (:tenant, :period, 3, 4), (:tenant, :period, 12, 1)",
-             period=billing_period())
+            " VALUES (:tenant, :period, 3, 4), (:tenant, :period, 12, 1)",
+            period=billing_period())
         run(f"INSERT INTO daily_usage ({DAILY_COLUMNS}, shard)"
-             " VALUES (:tenant, '2026-11-01', 4, 4, 0, 0, 0, 0, 0, 0, 3),"
-             " (:tenant, '2026-11-02', 1, 0, 0, 0, 0, 1, 0, 0, 12)")
+            " VALUES (:tenant, '2026-11-01', 4, 4, 0, 0, 0, 0, 0, 0, 3),"
+            " (:tenant, '2026-11-02', 1, 0, 0, 0, 0, 1, 0, 0, 12)")
         db.session.commit()
         downgrade(revision=BEFORE_COUNTER_SHARDS)
         assert "shard" not in {column["name"] for column in
