@@ -15,6 +15,7 @@ from tests.servers import free_port
 REDIS_SERVER = shutil.which("redis-server")
 SERVICE = "intentgate"
 CAPACITY, REFILL_PER_MINUTE = 20, 6  # one token per 10 s: none while the failover lasts
+LATE_OUTAGE_SECONDS = 5
 
 
 def _wait(check, seconds=30, what="redis"):
@@ -102,14 +103,18 @@ def test_the_bucket_survives_a_sentinel_failover(embedded_gunicorn, sentinel_set
     # The same bucket on the promoted replica, for every worker (the other worker may still
     # answer 503 for its breaker's second or its own rediscovery): the tokens spent before are
     # still spent, and none was made from nothing.
-    served, late_outage = 10 + 1, 0
+    # That worker's outage is bounded in time, not in answers (they come back in milliseconds):
+    # a breaker's second for each stale connection in its pool (two threads), then rediscovery.
+    served, recovered, outage_ended = 10 + 1, time.monotonic(), time.monotonic()
     while time.monotonic() < deadline:
         status = usage().status_code
         if status == 429:
             break
         assert status in (200, 503)
         served += status == 200
-        late_outage += status == 503
-    assert status == 429 and late_outage <= 30
+        if status == 503:
+            outage_ended = time.monotonic()
+    print(f"the last 503 came {outage_ended - recovered:.2f} s after the first 200")
+    assert status == 429 and outage_ended - recovered <= LATE_OUTAGE_SECONDS
     refilled = (time.monotonic() - started) * REFILL_PER_MINUTE / 60
     assert CAPACITY <= served <= CAPACITY + int(refilled) + 1
