@@ -57,6 +57,19 @@ class JsonLineFormatter(logging.Formatter):
             line["stack_info"] = self.formatStack(record.stack_info)
         return json.dumps(line, default=str)
 
+    def formatTime(self, record, datefmt=None):
+        """logging's own format, with the second's text made once a second, not once a line."""
+        if datefmt is not None:
+            return super().formatTime(record, datefmt)
+        second, text = self._second
+        if second != int(record.created):
+            second = int(record.created)
+            text = time.strftime(self.default_time_format, self.converter(second))
+            self._second = second, text  # one assignment: threads see a pair that agrees
+        return self.default_msec_format % (text, record.msecs)
+
+    _second = (None, "")
+
 
 def init_app(app):
     # Our lines carry no file, line, thread or process name, so logging need not gather them

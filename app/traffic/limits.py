@@ -6,6 +6,7 @@ authentication (`check`, called by app.auth): the bucket then is the caller's, a
 key spends only its address's failure allowance. Their storage is REDIS_URL, or without it the
 app's database (app.traffic.storage), so every worker on every host shares them.
 """
+import functools
 import logging
 import math
 import time
@@ -33,8 +34,12 @@ def bucket_limit():
     """The caller's bucket as a limit: capacity tokens, refilled at the per-minute rate (an item
     of N per S seconds is a bucket of N refilling N every S seconds)."""
     config = current_app.config
-    capacity = config["RATE_LIMIT_CAPACITY"]
-    seconds = max(1, round(capacity * 60 / config["RATE_LIMIT_REFILL_PER_MINUTE"]))
+    return _bucket_text(config["RATE_LIMIT_CAPACITY"], config["RATE_LIMIT_REFILL_PER_MINUTE"])
+
+
+@functools.lru_cache(maxsize=16)
+def _bucket_text(capacity, refill_per_minute):
+    seconds = max(1, round(capacity * 60 / refill_per_minute))
     return f"{capacity} per {seconds} seconds"
 
 

@@ -27,6 +27,7 @@ class ResolvedLimitManager(LimitManager):
         # Per app (the library passes current_app, a proxy: the app behind it is the key), so
         # that apps with other blueprints or exemptions, as in the tests, keep their own.
         self._answers = weakref.WeakKeyDictionary()
+        self._groups = {}  # blueprint -> the limit providers that apply to it
 
     def resolve_limits(self, app, endpoint=None, blueprint=None, callable_name=None,
                        in_middleware=False, marked_for_limiting=False):
@@ -48,7 +49,8 @@ class ResolvedLimitManager(LimitManager):
         return scope
 
     def _answers_of(self, app):
-        app = app._get_current_object() if hasattr(app, "_get_current_object") else app
+        get_app = getattr(app, "_get_current_object", None)
+        app = get_app() if get_app is not None else app
         answers = self._answers.get(app)
         if answers is None:
             answers = self._answers[app] = {}
@@ -57,16 +59,19 @@ class ResolvedLimitManager(LimitManager):
     def _limit_values(self, blueprint):
         """The limit strings now in force for `blueprint` (and its parents), the defaults and
         any limit decorating a view (none here: limits are declared per blueprint)."""
-        groups = [*self._application_limits, *self._default_limits]
-        for member in (blueprint or "").split("."):
-            groups.extend(self._blueprint_limits.get(member, ()))
-        for decorated in self._decorated_limits.values():
-            groups.extend(decorated)
-        return tuple(group.limit_provider() if callable(group.limit_provider)
-                     else group.limit_provider for group in groups)
+        groups = self._groups.get(blueprint)
+        if groups is None:
+            groups = [*self._application_limits, *self._default_limits]
+            for member in (blueprint or "").split("."):
+                groups.extend(self._blueprint_limits.get(member, ()))
+            for decorated in self._decorated_limits.values():
+                groups.extend(decorated)
+            groups = self._groups[blueprint] = [group.limit_provider for group in groups]
+        return tuple([provider() if callable(provider) else provider for provider in groups])
 
     def _forget(self):
         self._answers.clear()
+        self._groups.clear()
 
     def set_application_limits(self, limits):
         super().set_application_limits(limits)

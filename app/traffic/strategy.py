@@ -13,6 +13,7 @@ On a Redis Cluster the breaker is per master: one that is down takes only its ow
 with it, the others keep answering.
 """
 import contextvars
+import hashlib
 import math
 import os
 import threading
@@ -21,8 +22,8 @@ import time
 import redis
 from limits.storage import RedisClusterStorage, RedisStorage
 from limits.strategies import STRATEGIES, RateLimiter
-from redis.exceptions import RedisClusterException
 from limits.util import WindowStats
+from redis.exceptions import NoScriptError, RedisClusterException, ResponseError
 
 # KEYS[1] bucket; ARGV capacity, refill per second. Leaves `tokens` as the bucket holds now.
 _REFILL_LUA = """
@@ -74,47 +75,68 @@ class Bucket(WindowStats):
 
 
 class _RedisTokens:
-    """take/peek as one EVALSHA on the storage's own client (prefixed as its keys are).
+    """take/peek as one EVALSHA through the storage's own client and pool (prefixed as its keys
+    are).
 
-    On one node (or a Sentinel's master) each thread runs its scripts on one connection of its
-    own, taken from the storage's pool on first use and kept, instead of a pool checkout and
-    release around every command: that checkout was most of redis-py's share of the limiter
-    in the profile. One per thread, not one per worker shared by its threads: while Redis does
-    not answer, each thread would wait its turn and then its own timeout. It connects on first
-    use in the process that uses it (gunicorn forks workers from the master that built the
-    app; a socket must not be shared across processes), so an app starts while Redis is down,
-    and a connection that fails is reconnected by redis-py on its next command. A cluster
-    client routes each command to its slot's master itself, and is used as it is."""
+    On one node (or a Sentinel's master) each thread sends its scripts on one connection of its
+    own, taken from the storage's pool on first use and kept, with the connection's own
+    send_command and read_response: a pool checkout and release around every command, then
+    redis-py's per-command retry, lock and metrics bookkeeping (none of which applies: no
+    retries are configured, the connection is this thread's alone, and a failure goes to the
+    breaker), were most of the limiter's Python in the profile. One per thread, not one per
+    worker shared by its threads: while Redis does not answer, each thread would wait its turn
+    and then its own timeout. It connects on first use in the process that uses it (gunicorn
+    forks workers from the master that built the app; a socket must not be shared across
+    processes), so an app starts while Redis is down; a connection that fails is dropped, and
+    the next command connects afresh (to the master a Sentinel names now). A cluster client
+    routes each command to its slot's master itself, and is used as it is."""
 
     def __init__(self, storage):
         self.storage = storage
         self.cluster = isinstance(storage, RedisClusterStorage)
         if self.cluster:
-            self._cluster_scripts = _scripts(storage.get_connection())
+            client = storage.get_connection()
+            self._cluster_scripts = {script: client.register_script(script)
+                                     for script in (TAKE_LUA, PEEK_LUA)}
         self._own = threading.local()
 
     def take_token(self, key, capacity, rate):
-        allowed, tokens = self._scripts()[0](keys=[self.storage.prefixed_key(key)],
-                                             args=[capacity, rate])
+        allowed, tokens = self._run(TAKE_LUA, key, capacity, rate)
         return bool(allowed), float(tokens)
 
     def peek_tokens(self, key, capacity, rate):
-        return float(self._scripts()[1](keys=[self.storage.prefixed_key(key)],
-                                        args=[capacity, rate]))
+        return float(self._run(PEEK_LUA, key, capacity, rate))
 
-    def _scripts(self):
+    def _run(self, script, key, capacity, rate):
+        key = self.storage.prefixed_key(key)
         if self.cluster:
-            return self._cluster_scripts
+            return self._cluster_scripts[script](keys=[key], args=[capacity, rate])
+        connection = self._connection()
+        try:
+            connection.send_command("EVALSHA", _SHA1[script], 1, key, capacity, rate)
+            try:
+                return connection.read_response()
+            except NoScriptError:  # a Redis restarted or failed over: EVAL caches it again
+                connection.send_command("EVAL", script, 1, key, capacity, rate)
+                return connection.read_response()
+        except ResponseError:
+            raise  # the reply was read whole: the connection is fine
+        except BaseException:
+            connection.disconnect()  # a reply may be left unread: never reuse it
+            raise
+
+    def _connection(self):
+        """This thread's connection, connected and checked as the pool does when it hands one
+        out: connect() is the connection's own (a Sentinel's asks for the master now; sending
+        on an unconnected one would not), then _check."""
         own = self._own
         if getattr(own, "pid", None) != os.getpid():
-            pool = self.storage.get_connection().connection_pool
-            # single_connection_client takes (and connects) its connection here: an error
-            # raised now is the store's, seen by the breaker like any other.
-            own.client = redis.Redis(connection_pool=pool, single_connection_client=True)
-            own.scripts, own.pid = _scripts(own.client), os.getpid()
-        else:
-            _check(own.client.connection)
-        return own.scripts
+            own.connection = self.storage.get_connection().connection_pool.make_connection()
+            own.pid = os.getpid()
+        connection = own.connection
+        connection.connect()  # nothing to do once connected
+        _check(connection)
+        return connection
 
     def node_of(self, key):
         """The cluster master that holds `key` (its breaker's name); one store otherwise."""
@@ -127,6 +149,9 @@ class _RedisTokens:
             return None
 
 
+_SHA1 = {script: hashlib.sha1(script.encode()).hexdigest() for script in (TAKE_LUA, PEEK_LUA)}
+
+
 def _check(connection):
     """What the pool checks when it hands out a connection: one that the server closed (Redis
     restarted) or that holds an unread reply is dropped, and the next command connects afresh
@@ -136,11 +161,6 @@ def _check(connection):
             connection.disconnect()
     except (OSError, redis.RedisError):  # a socket's errors and redis-py's own
         connection.disconnect()
-
-
-def _scripts(client):
-    """(take, peek) registered on `client`: EVALSHA, loading the script once if Redis lacks it."""
-    return client.register_script(TAKE_LUA), client.register_script(PEEK_LUA)
 
 
 def _one_store(_key):
