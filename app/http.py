@@ -61,8 +61,9 @@ def _body_bytes():
 
 def assign_request_id():
     supplied = request.headers.get("X-Request-Id", "")
-    g.request_id = supplied if REQUEST_ID_PATTERN.fullmatch(supplied) else uuid.uuid4().hex
-    g.request_started = time.perf_counter()  # also read by app.metrics
+    state = g._get_current_object()  # the proxy looked through once
+    state.request_id = supplied if REQUEST_ID_PATTERN.fullmatch(supplied) else uuid.uuid4().hex
+    state.request_started = time.perf_counter()  # also read by app.metrics
 
 
 def protective_headers(response):

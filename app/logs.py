@@ -92,16 +92,18 @@ def init_app(app):
 
 def log_request(response):
     """One JSON line per request: what was asked, how it ended, and what it decided."""
-    elapsed_ms = (time.perf_counter() - g.get("request_started", time.perf_counter())) * 1000
+    # Each proxy looked through once: this runs on every request.
+    state, asked = g._get_current_object(), request._get_current_object()
+    elapsed_ms = (time.perf_counter() - state.get("request_started", time.perf_counter())) * 1000
     # The path, never the query string, and a key or secret in the path masked: keys must not
     # travel in URLs, and if a client puts one there anyway it must not reach the log.
-    path = request.path
+    path = asked.path
     if "_live_" in path:
         path = _CREDENTIAL_IN_PATH.sub(r"\1_live_[redacted]", path)
-    fields = {"method": request.method, "path": path, "status": response.status_code,
+    fields = {"method": asked.method, "path": path, "status": response.status_code,
               "duration_ms": round(elapsed_ms, 2)}
     for name in ("verdict", "intent_class"):
-        value = g.get(name)
+        value = state.get(name)
         if value is not None:
             fields[name] = value
     access_log.info("request", extra=fields)

@@ -4,13 +4,13 @@ The library keeps what a request learnt of its limits (the limit for the headers
 already checked) on the request context, in a dict of one LimiterContext per Limiter, and looks
 it up there through Flask's proxy twice per access, eight accesses a request: under the
 profiler the lookup cost as much as the library's whole decision. This Limiter keeps its
-LimiterContext in an attribute of the request context of its own, found with one proxy
-resolution and one attribute read; the state, its lifetime and everything the library does
-with it are unchanged. Its LimitManager answers each endpoint's question once
-(app.traffic.manager).
+LimiterContext in an attribute of the request context of its own, found with one read of the
+context variable behind Flask's proxy (Flask's own `_cv_request`, no proxy in between) and one
+attribute read; the state, its lifetime and everything the library does with it are
+unchanged. Its LimitManager answers each endpoint's question once (app.traffic.manager).
 """
 import flask_limiter
-from flask.globals import request_ctx
+from flask.globals import _cv_request
 from flask_limiter.extension import LimiterContext
 
 from app.traffic.manager import ResolvedLimitManager
@@ -25,7 +25,7 @@ class Limiter(flask_limiter.Limiter):
 
     @property
     def context(self):
-        state = request_ctx._get_current_object()
+        state = _cv_request.get()  # LookupError outside a request, as the proxy's RuntimeError
         try:
             return getattr(state, self._state)
         except AttributeError:

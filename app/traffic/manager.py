@@ -11,6 +11,8 @@ and scopes are still evaluated by the library on every request.
 """
 import weakref
 
+from flask import current_app
+from flask.globals import _cv_app
 from flask_limiter.manager import LimitManager
 
 
@@ -49,8 +51,8 @@ class ResolvedLimitManager(LimitManager):
         return scope
 
     def _answers_of(self, app):
-        get_app = getattr(app, "_get_current_object", None)
-        app = get_app() if get_app is not None else app
+        if app is current_app:  # the proxy itself (no lookup through it): the app behind it
+            app = _cv_app.get().app
         answers = self._answers.get(app)
         if answers is None:
             answers = self._answers[app] = {}

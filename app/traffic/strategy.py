@@ -19,6 +19,7 @@ import os
 import threading
 import time
 
+import hiredis
 import redis
 from limits.storage import RedisClusterStorage, RedisStorage
 from limits.strategies import STRATEGIES, RateLimiter
@@ -50,6 +51,7 @@ return {allowed, tostring(tokens)}
 """
 
 BREAKER_SECONDS = 1.0
+_KEYS_KEPT = 10_000  # the buckets' keys the strategy remembers (a few MB at most)
 
 
 class StoreUnavailable(Exception):
@@ -113,7 +115,10 @@ class _RedisTokens:
             return self._cluster_scripts[script](keys=[key], args=[capacity, rate])
         connection = self._connection()
         try:
-            connection.send_command("EVALSHA", _SHA1[script], 1, key, capacity, rate)
+            # Packed by hiredis itself, as redis-py's send_command would, without its Python
+            # wrapper around the call.
+            connection.send_packed_command(
+                [hiredis.pack_command((b"EVALSHA", _SHA1[script], 1, key, capacity, rate))])
             try:
                 return connection.read_response()
             except NoScriptError:  # a Redis restarted or failed over: EVAL caches it again
@@ -180,9 +185,10 @@ class TokenBucketRateLimiter(RateLimiter):
         # What this context's last call learnt of each bucket: the rate headers after a hit
         # read it instead of asking the store a second time. forget() at the request's end.
         self._seen = contextvars.ContextVar("token_bucket_seen", default=None)
+        self._keys = {}  # (id(item), identifiers) -> (item, key): see _key
 
     def hit(self, item, *identifiers, cost=1):
-        key = item.key_for(*identifiers)
+        key = self._key(item, identifiers)
         capacity, rate = _shape(item)
         allowed, tokens = self._ask(self.tokens.take_token, key, capacity, rate)
         self._remember(key, Bucket(tokens, capacity, rate, time.time()))
@@ -192,7 +198,7 @@ class TokenBucketRateLimiter(RateLimiter):
         return self.get_window_stats(item, *identifiers).tokens >= cost
 
     def get_window_stats(self, item, *identifiers):
-        key = item.key_for(*identifiers)
+        key = self._key(item, identifiers)
         seen = self._seen.get()
         if seen is not None and key in seen:
             return seen[key]
@@ -201,6 +207,19 @@ class TokenBucketRateLimiter(RateLimiter):
                         capacity, rate, time.time())
         self._remember(key, bucket)
         return bucket
+
+    def _key(self, item, identifiers):
+        """limits' key for the item and identifiers, made once for each caller rather than on
+        every hit and read. Keyed by the item's id, with the item kept in the entry: while it
+        is there, no other item can take that id."""
+        memo = (id(item), identifiers)
+        known = self._keys.get(memo)
+        if known is not None and known[0] is item:
+            return known[1]
+        if len(self._keys) >= _KEYS_KEPT:
+            self._keys.clear()  # bounded: callers beyond it make their key again
+        entry = self._keys[memo] = item, item.key_for(*identifiers)
+        return entry[1]
 
     def forget(self):
         self._seen.set(None)
