@@ -81,8 +81,8 @@ class _RedisTokens:
     are).
 
     On one node (or a Sentinel's master) each thread sends its scripts on one connection of its
-    own, taken from the storage's pool on first use and kept, with the connection's own
-    send_command and read_response: a pool checkout and release around every command, then
+    own, taken from the storage's pool on first use and kept, packed by hiredis and written and
+    read with the connection's own methods: a pool checkout and release around every command, then
     redis-py's per-command retry, lock and metrics bookkeeping (none of which applies: no
     retries are configured, the connection is this thread's alone, and a failure goes to the
     breaker), were most of the limiter's Python in the profile. One per thread, not one per
@@ -115,14 +115,11 @@ class _RedisTokens:
             return self._cluster_scripts[script](keys=[key], args=[capacity, rate])
         connection = self._connection()
         try:
-            # Packed by hiredis itself, as redis-py's send_command would, without its Python
-            # wrapper around the call.
-            connection.send_packed_command(
-                [hiredis.pack_command((b"EVALSHA", _SHA1[script], 1, key, capacity, rate))])
+            _send(connection, b"EVALSHA", _SHA1[script], 1, key, capacity, rate)
             try:
                 return connection.read_response()
             except NoScriptError:  # a Redis restarted or failed over: EVAL caches it again
-                connection.send_command("EVAL", script, 1, key, capacity, rate)
+                _send(connection, b"EVAL", script, 1, key, capacity, rate)
                 return connection.read_response()
         except ResponseError:
             raise  # the reply was read whole: the connection is fine
@@ -155,6 +152,11 @@ class _RedisTokens:
 
 
 _SHA1 = {script: hashlib.sha1(script.encode()).hexdigest() for script in (TAKE_LUA, PEEK_LUA)}
+
+
+def _send(connection, *command):
+    # Packed by hiredis itself, as redis-py's send_command would, without its Python wrapper.
+    connection.send_packed_command([hiredis.pack_command(command)])
 
 
 def _check(connection):
@@ -211,10 +213,10 @@ class TokenBucketRateLimiter(RateLimiter):
     def _key(self, item, identifiers):
         """limits' key for the item and identifiers, made once for each caller rather than on
         every hit and read. Keyed by the item's id, with the item kept in the entry: while it
-        is there, no other item can take that id."""
+        is there, no other item can take that id, so an entry found is this item's."""
         memo = (id(item), identifiers)
         known = self._keys.get(memo)
-        if known is not None and known[0] is item:
+        if known is not None:
             return known[1]
         if len(self._keys) >= _KEYS_KEPT:
             self._keys.clear()  # bounded: callers beyond it make their key again
