@@ -11,6 +11,7 @@ from app import crypto, database, errors, http, https_only, logs, metrics
 from app.context_store import taxonomy
 from app.extensions import context_store, cors, db, migrate
 from app.keyring import checks as key_checks
+from app.tenants import key_cache
 from app.traffic import limits
 
 
@@ -93,6 +94,7 @@ def register_extensions(app):
     migrate.init_app(app, db, directory=os.path.join(os.path.dirname(app.root_path), "migrations"))
     database.init_app(app, app.config["SQLALCHEMY_ENGINE_OPTIONS"])
     limits.init_app(app)
+    key_cache.init_app(app)
     if app.config["CORS_ORIGINS"]:  # no browser origin allowed: no CORS work per request
         cors.init_app(
             app,

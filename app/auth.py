@@ -7,6 +7,11 @@ view names its scope, or None, where it declares its authentication: a new view 
 it, and the OpenAPI document shows it as `x-scope`). Once it knows who calls (or that nobody
 could be authenticated) it checks the request's rate limits, once: app.traffic.limits.check,
 the caller's bucket or the address's failure allowance.
+
+The intent endpoints (`cached=True`) take a tenant's principal from app.tenants.key_cache when it
+is there: their one write confirms it (its fingerprint), and when it no longer matches
+(StaleCredentials, nothing written) the view runs once more on a fresh lookup, without a second
+rate-limit check, or is answered 401 when the key no longer authenticates.
 """
 import re
 from dataclasses import dataclass
@@ -19,7 +24,7 @@ from app.admin import service as admin_service
 from app.errors import Forbidden, NotFound, Unauthorized, Unavailable
 from app.openapi import Blueprint
 from app.sql import MAX_ID
-from app.tenants import keys, scopes as key_scopes
+from app.tenants import key_cache, keys, scopes as key_scopes
 from app.traffic import limits
 
 KEY_HEADER = "X-Service-Key"
@@ -41,6 +46,9 @@ class Principal:
     account: object
     usage_count: int = 0
     scopes: frozenset = key_scopes.ALL
+    # Set when the principal came from app.tenants.key_cache: the write it authorizes checks
+    # it against the database (None: just read from the database, nothing to confirm).
+    fingerprint: str | None = None
 
     @property
     def operator(self):
@@ -57,28 +65,40 @@ class Principal:
         return f"{self.kind}:{self.id}"
 
 
-def resolve(api_key):
-    """Return the Principal holding this key, or None."""
+def resolve(api_key, cached=False, fresh=False):
+    """Return the Principal holding this key, or None. `cached`: a tenant's principal may come
+    from the key cache (unless `fresh`), and a fresh lookup refreshes the cache."""
     if not KEY_PATTERN.fullmatch(api_key):
         return None
     digest = crypto.key_digest(api_key)
     if current_app.config["MULTI_TENANCY"]:
+        kept = key_cache.get(digest) if cached and not fresh else None
+        if kept is not None:
+            return _tenant_principal(kept, fingerprint=kept.fingerprint)
         tenant = keys.find_by_key_digest(digest)
         if tenant is not None and tenant.active:
-            return Principal("tenant", tenant.id, tenant, tenant.usage_count or 0,
-                             key_scopes.held(tenant.scopes))
+            if cached:
+                key_cache.put(tenant)
+            return _tenant_principal(tenant)
+        if cached and fresh:  # what was kept no longer authenticates
+            key_cache.forget(digest)
     admin_key = admin_service.find_by_key_digest(digest)
     if admin_key is not None:
         return Principal("admin", admin_key.id, admin_key)
     return None
 
 
-def authenticated(kinds, texts):
+def _tenant_principal(tenant, fingerprint=None):
+    return Principal("tenant", tenant.id, tenant, getattr(tenant, "usage_count", None) or 0,
+                     key_scopes.held(tenant.scopes), fingerprint)
+
+
+def authenticated(kinds, texts, cached=False):
     """The caller, put in g.principal, if its key is valid and of one of `kinds`."""
     if kinds == ("tenant",) and not current_app.config["MULTI_TENANCY"]:
         raise Unavailable("Multi-tenancy not configured")
     api_key = request.headers.get(KEY_HEADER)
-    principal = resolve(api_key) if api_key else None
+    principal = resolve(api_key, cached) if api_key else None
     if principal is None:
         limits.check()  # the address's failure allowance: 429 once it is spent
         # An empty header is present: it is an invalid key, not a missing one.
@@ -90,22 +110,47 @@ def authenticated(kinds, texts):
     return principal
 
 
+def reauthenticated(texts):
+    """After StaleCredentials: the caller afresh from the database, its bucket already spent.
+    A key that no longer authenticates is answered 401 (its kept principal is forgotten, so
+    its next request is a failed authentication like any other)."""
+    principal = resolve(request.headers[KEY_HEADER], cached=True, fresh=True)
+    if principal is None or principal.kind != g.principal.kind:
+        raise Unauthorized(texts[1])
+    g.principal = principal
+    return principal
+
+
+def confirm_principal():
+    """For a view that reads or writes before the statement that confirms a kept principal
+    (a stored verdict): go through the database first."""
+    if g.principal.fingerprint is not None:
+        raise key_cache.StaleCredentials()
+
+
 def _declares(scope):
     """Record the view's scope in the OpenAPI document, from this very declaration."""
     return Blueprint.doc(**{"x-scope": scope})
 
 
-def authenticate(kinds=("tenant", "admin"), texts=GATE_TEXTS, *, scope):
+def authenticate(kinds=("tenant", "admin"), texts=GATE_TEXTS, *, scope, cached=False):
     """Require a valid key of one of `kinds` holding `scope` (None: no scope is needed, as for
-    SPEC.md's usage and rotate-key, or the view is an operator's)."""
+    SPEC.md's usage and rotate-key, or the view is an operator's). `cached`: the view's writes
+    confirm a principal from the key cache (see the module's docstring)."""
 
     def decorator(view):
         @wraps(view)
         def wrapper(*args, **kwargs):
-            principal = authenticated(kinds, texts)
+            principal = authenticated(kinds, texts, cached)
             if scope is not None:
                 key_scopes.require(principal.scopes, scope)
-            return view(*args, **kwargs)
+            try:
+                return view(*args, **kwargs)
+            except key_cache.StaleCredentials:  # only a kept principal is ever stale
+                principal = reauthenticated(texts)
+                if scope is not None:
+                    key_scopes.require(principal.scopes, scope)
+                return view(*args, **kwargs)
 
         return _declares(scope)(wrapper)
 

@@ -7,6 +7,7 @@ from sqlalchemy.dialects.postgresql import psycopg2
 
 from app import create_app
 from app.intents.gate import VERIFY_FUNCTION
+from app.intents.service import ISSUE_FUNCTION
 from app.tenants.keys import KEY_LOOKUP_FUNCTION
 
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations" / "versions"
@@ -24,7 +25,7 @@ def _newest_definitions():
     found, revision = {}, head
     while revision is not None:  # from the newest migration back to the first
         module = modules[revision]
-        for name in ("KEY_LOOKUP_FUNCTION", "VERIFY_FUNCTION"):
+        for name in ("KEY_LOOKUP_FUNCTION", "VERIFY_FUNCTION", "ISSUE_FUNCTION"):
             found.setdefault(name, (revision, getattr(module, name, None)))
             if found[name][1] is None:
                 del found[name]
@@ -33,9 +34,10 @@ def _newest_definitions():
 
 
 @pytest.mark.parametrize("name, function", [("KEY_LOOKUP_FUNCTION", KEY_LOOKUP_FUNCTION),
-                                            ("VERIFY_FUNCTION", VERIFY_FUNCTION)])
+                                            ("VERIFY_FUNCTION", VERIFY_FUNCTION),
+                                            ("ISSUE_FUNCTION", ISSUE_FUNCTION)])
 def test_the_migration_creates_what_the_code_builds(settings, name, function):
-    """Changed the gate or the key lookup? Write a migration that creates the new definition
+    """Changed the gate, the key lookup or the issuing of intents? Write a migration that creates the new definition
     (function.definition(psycopg2.dialect())); PostgreSQL would otherwise run the old one."""
     # An app for PostgreSQL (it never connects here): the statements are built for its dialect.
     settings["SQLALCHEMY_DATABASE_URI"] = "postgresql://nobody@127.0.0.1:1/none"

@@ -5,6 +5,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import requests
 
+from tests.support import scale_response
+
 
 def test_rotated_key_is_refused_by_every_worker_at_once(gunicorn, tenant):
     server = gunicorn(workers=4, AUTH_FAILURE_LIMIT="1000 per minute")
@@ -105,3 +107,44 @@ def test_concurrent_revokes_of_the_last_two_keys_leave_exactly_one(gunicorn, mak
                  if _keys(server, headers).status_code == 200]
         assert len(alive) == 1
         assert len(_keys(server, alive[0]).json()["keys"]) == 1
+
+
+def test_a_revoked_key_is_refused_by_every_worker_on_the_intent_endpoints(gunicorn, make_tenant):
+    """Generate and verify take a principal from Redis, shared by every worker
+    (app.tenants.key_cache): revoked, the key is refused by whichever worker answers from the
+    revocation's response on, before anything is issued or counted."""
+    server = gunicorn(workers=4, AUTH_FAILURE_LIMIT="1000 per minute")
+    tenant = make_tenant("enterprise")
+    old = {"X-Service-Key": tenant.api_key}
+
+    def generate(headers):
+        return requests.post(server.url + "/v1/intent/generate", headers=headers, timeout=5,
+                             json={"user_token": "revoked-key-user-token"})
+
+    with ThreadPoolExecutor(8) as pool:  # every worker acts on the kept principal
+        warm = list(pool.map(lambda _: generate(old), range(40)))
+    assert [response.status_code for response in warm] == [200] * 40
+    created = requests.post(server.url + "/v1/tenant/keys", headers=old, timeout=5,
+                            json={"name": "next", "scopes": MANAGES_KEYS + ["intents"]})
+    new = {"X-Service-Key": created.json()["api_key"]}
+    old_id = next(key["id"] for key in _keys(server, new).json()["keys"] if key["name"] != "next")
+    assert requests.delete(server.url + f"/v1/tenant/keys/{old_id}", headers=new,
+                           timeout=5).status_code == 200
+
+    def verify(index):
+        intent_hash = warm[index].json()["intent_hash"]
+        return requests.post(server.url + "/v1/intent/verify", headers=old, timeout=5, json={
+            "original_intent_hash": intent_hash,
+            "response": scale_response(tenant.signing_secret, intent_hash)}).status_code
+
+    with ThreadPoolExecutor(8) as pool:
+        statuses = list(pool.map(lambda i: generate(old).status_code if i % 2 else verify(i),
+                                 range(40)))
+    assert statuses == [401] * 40
+    usage = requests.get(server.url + "/v1/tenant/usage", headers=new, timeout=5).json()
+    assert usage["usage_count"] == 0  # nothing counted for the revoked key
+    intent_hash = warm[0].json()["intent_hash"]  # never consumed: the new key still verifies it
+    cleared = requests.post(server.url + "/v1/intent/verify", headers=new, timeout=5, json={
+        "original_intent_hash": intent_hash,
+        "response": scale_response(tenant.signing_secret, intent_hash)})
+    assert cleared.json()["cleared"] is True

@@ -7,6 +7,10 @@ other check passed, name the reason, count the outcome for the day. PostgreSQL r
 PL/pgSQL function (one round trip, atomic, self-committing); SQLite runs the same statements
 under the same conditions from Python, inside one BEGIN IMMEDIATE transaction.
 
+A principal kept in Redis (app.tenants.key_cache) is confirmed by the gate's first step, before
+anything is counted or consumed: when it no longer matches the database, the gate writes
+nothing and answers `stale` (StaleCredentials: app.auth runs the request on a fresh lookup).
+
 The intent's one write (consumed_at, and the match_id it records) touches no indexed column, so
 PostgreSQL makes it a HOT update: no index entry, the least WAL (deploy/README: capacity).
 """
@@ -23,7 +27,7 @@ from app.errors import Unavailable
 from app.intents import reasons
 from app.intents.models import Intent, SeenResponse
 from app.intents.signature import canonical_json, ed25519_matches, matches, signing_message
-from app.tenants import metering
+from app.tenants import key_cache, keys, metering
 from app.tenants.plans import monthly_limit
 from app.webhooks import events
 
@@ -56,6 +60,9 @@ def verify(principal, original_intent_hash, response):
         "signature_ok": _signature_ok(principal, original_intent_hash, response, now),
         "timestamp": response["timestamp"],  # within +/-(2**53 - 1): the schema says so
         "skew": current_app.config["CLOCK_SKEW_SECONDS"],
+        # A principal from the key cache is confirmed by the gate itself (app.tenants.key_cache).
+        "digest": principal.fingerprint and principal.account.key_digest,
+        "fingerprint": principal.fingerprint,
     }
     # A tenant's verification is counted against its plan; an admin key's is not.
     params.update(tenant_id=None, period=None, day=None, plan_limit=None, event_id=None)
@@ -142,7 +149,8 @@ def _reason():
 
 # PostgreSQL: one function, one round trip, its own transaction (or the caller's).
 def _verify_steps(sql):
-    return f"""IF p_tenant_id IS NOT NULL THEN
+    return f"""{_confirm_principal(sql)}
+IF p_tenant_id IS NOT NULL THEN
   IF p_plan_limit IS NULL THEN
     {sql(metering.count_statement())};
   ELSE
@@ -168,22 +176,37 @@ IF p_tenant_id IS NOT NULL THEN
 END IF;
 reason := p_reason;
 usage_count := p_usage_count;
+stale := false;
 RETURN NEXT;"""
+
+
+def _confirm_principal(sql):
+    """The first step: a principal from the key cache (:fingerprint) must match the database
+    still; otherwise answer `stale` having written nothing."""
+    return f"""IF p_fingerprint IS NOT NULL THEN
+  {sql(keys.credentials_unchanged_statement())} INTO p_unchanged;
+  IF p_unchanged IS NULL THEN
+    stale := true;
+    RETURN NEXT;
+    RETURN;
+  END IF;
+END IF;"""
 
 
 # Every verify runs it (tenant_id NULL: an admin key's, not metered), as a function PostgreSQL
 # plans once per connection. It answers the reason and, for a limited plan, the month's new
-# usage_count; no row when that plan is used up.
+# usage_count; no row when that plan is used up; `stale` when the principal no longer matches.
 VERIFY_FUNCTION = database.Procedure(
     "intentgate_verify", _verify_steps,
     arguments=[("now", "bigint"), ("intent_hash", "text"), ("owner", "text"),
                ("match_id", "text"), ("signature_ok", "boolean"), ("timestamp", "bigint"),
                ("skew", "bigint"), ("tenant_id", "integer"), ("period", "text"), ("day", "text"),
-               ("plan_limit", "bigint"), ("event_id", "text")],
-    variables=[("usage_count", "bigint"), ("consumed_id", "bigint"),
+               ("plan_limit", "bigint"), ("event_id", "text"), ("digest", "text"),
+               ("fingerprint", "text")],
+    variables=[("unchanged", "integer"), ("usage_count", "bigint"), ("consumed_id", "bigint"),
                ("recorded_match_id", "text"), ("issued_at", "bigint"), ("expires_at", "bigint"),
                ("sighting", "bigint"), ("first_sighting", "boolean"), ("reason", "text")],
-    returns=[("reason", "text"), ("usage_count", "bigint")],
+    returns=[("reason", "text"), ("usage_count", "bigint"), ("stale", "boolean")],
 )
 
 
@@ -191,6 +214,8 @@ def _in_one_call(params):
     row = database.call(VERIFY_FUNCTION, params)
     if row is None:
         metering.refuse_over_limit()
+    if row.stale:
+        raise key_cache.StaleCredentials()
     return row.reason
 
 

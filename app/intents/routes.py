@@ -2,7 +2,7 @@
 from flask import g
 
 from app import database
-from app.auth import authenticate
+from app.auth import authenticate, confirm_principal
 from app.http import json_body
 from app.intents import gate, idempotency, service
 from app.intents.schemas import (
@@ -25,7 +25,7 @@ MONTH_USED_UP = "`monthly verification limit reached`: the tenant's plan is used
 @bp.response(200, IntentSignatureSchema)
 @bp.error(429, MONTH_USED_UP + " Also `rate limit exceeded`.")
 @bp.error(502, "`context store request failed`: nothing was created or metered.")
-@authenticate(scope=INTENTS)
+@authenticate(scope=INTENTS, cached=True)
 @bp.arguments(GenerateSchema)
 def generate(request_fields):
     """Issue a single-use intent signature"""
@@ -37,11 +37,13 @@ def generate(request_fields):
 @bp.doc(parameters=[idempotency.PARAMETER])
 @bp.error(422, "Idempotency-Key reused with a different body.")
 @bp.error(429, MONTH_USED_UP + " Also `rate limit exceeded`.")
-@authenticate(scope=INTENTS)
+@authenticate(scope=INTENTS, cached=True)
 @bp.arguments(VerifySchema)
 def verify(request_fields):
     """Pass an AI response through the verification gate (200 for cleared and blocked)"""
     idempotency_key = idempotency.key_from_request()
+    if idempotency_key:
+        confirm_principal()  # a stored verdict is answered before the gate would confirm it
     principal, payload = g.principal, request_fields["response"]["payload"]
     # The view owns the transaction. Without an Idempotency-Key the gate is one statement on
     # PostgreSQL, its own transaction; a retry's stored verdict is looked up first, before the

@@ -4,14 +4,15 @@ import secrets
 import time
 
 from flask import current_app, g
-from sqlalchemy import bindparam, delete, func, insert, select, tuple_
+from sqlalchemy import BigInteger, bindparam, delete, func, insert, literal, select, tuple_
 
 from app import database
-from app.clock import now_seconds
+from app.clock import billing_period, now_seconds
 from app.context_store import client as context_store
 from app.extensions import db
 from app.intents.models import IdempotencyRecord, Intent, SeenResponse
-from app.tenants import metering
+from app.tenants import key_cache, keys, metering
+from app.tenants.plans import monthly_limit
 
 
 HASH_PREFIX = "sha256:"
@@ -35,19 +36,82 @@ def _insert_intent():
     return insert(intents).values(values)
 
 
+def _issue_steps(sql):
+    return f"""{sql(keys.credentials_unchanged_statement())} INTO p_unchanged;
+IF p_unchanged IS NULL THEN
+  issued := false;
+  RETURN NEXT;
+  RETURN;
+END IF;
+IF p_plan_limit IS NOT NULL THEN
+  {sql(_month_fits())} INTO p_fits;
+  IF p_fits IS NULL THEN
+    RETURN;
+  END IF;
+END IF;
+{sql(_insert_intent().inline())};
+issued := true;
+RETURN NEXT;"""
+
+
+def _month_fits():
+    """A row when one more verification fits :tenant_id's plan (:plan_limit) in :period."""
+    return select(literal(1)).where(metering.within_plan(
+        metering.month_total(bindparam("tenant_id"), bindparam("period")),
+        bindparam("plan_limit", type_=BigInteger)))
+
+
+# A principal from the key cache issues its intent through this function, in one round trip:
+# the INSERT runs only while the principal matches the database (`issued` false otherwise),
+# and for a limited plan only while the month has room (no row otherwise), which a kept
+# principal cannot tell (app.tenants.key_cache).
+ISSUE_FUNCTION = database.Procedure(
+    "intentgate_issue_intent", _issue_steps,
+    arguments=[("intent_hash", "text"), ("owner", "text"), ("intent_class", "text"),
+               ("issued_at", "bigint"), ("expires_at", "bigint"), ("digest", "text"),
+               ("now", "bigint"), ("fingerprint", "text"), ("tenant_id", "integer"),
+               ("period", "text"), ("plan_limit", "bigint")],
+    variables=[("unchanged", "integer"), ("fits", "integer")],
+    returns=[("issued", "boolean")],
+)
+
+
 def generate(principal, user_token, ttl):
     """Issue an intent signature: one INSERT, after the context store answered (no database
     transaction or lock is held while we wait on another service)."""
     metering.refuse_if_over_plan(principal)
-    tags = context_store.tags_for(user_token)
+    tags = _tags(user_token)
     intent_class = current_app.extensions["taxonomy"].classify(tags)
     issued_at = now_seconds()
     intent = {"intent_hash": new_intent_hash(principal.owner), "owner": principal.owner,
               "intent_class": intent_class, "issued_at": issued_at,
               "expires_at": issued_at + ttl}
-    database.execute("insert_intent", _insert_intent, intent)
+    if principal.fingerprint is None:
+        database.execute("insert_intent", _insert_intent, intent)
+    else:
+        _issue_confirmed(principal, intent)
     g.intent_class = intent_class  # for the access log line
     return intent
+
+
+def _issue_confirmed(principal, intent):
+    row = database.call(ISSUE_FUNCTION, {
+        **intent, "digest": principal.account.key_digest, "now": intent["issued_at"],
+        "fingerprint": principal.fingerprint, "tenant_id": principal.id,
+        "period": billing_period(), "plan_limit": monthly_limit(principal.tenant.plan)})
+    if row is None:
+        metering.refuse_over_limit()
+    if not row.issued:
+        raise key_cache.StaleCredentials()
+
+
+def _tags(user_token):
+    """The context store's tags for the token, asked once per request: a request run again on
+    a fresh principal (app.auth) reuses them."""
+    tags = g.get("context_tags")
+    if tags is None:
+        tags = g.context_tags = context_store.tags_for(user_token)
+    return tags
 
 
 def purge_expired_intents(cutoff, batch_size):

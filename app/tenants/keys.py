@@ -5,7 +5,9 @@ admin API and the CLI; the caller owns the transaction.
 import logging
 import secrets
 
-from sqlalchemy import bindparam, func, literal, or_, select, update
+from sqlalchemy import String, Text, bindparam, cast, func, literal, or_, select, tuple_, update
+
+from sqlalchemy.dialects.postgresql import aggregate_order_by
 
 from app import crypto, database
 from app.clock import billing_period, expiry, now_seconds
@@ -120,28 +122,60 @@ def rotate(tenant_id, key_id=None):
     return api_key
 
 
-def _tenant_by_key_digest():
+def _credentials(*columns):
+    """SELECT `columns` of the active key whose digest is :digest (at :now) and its tenant."""
     tenants, keys = Tenant.__table__, ApiKey.__table__
-    signing = SigningKey.__table__
-    # The active Ed25519 public keys ride along (comma-separated base64), so verifying with
-    # them costs no second round trip; a tenant without keys pays one index probe.
-    aggregate = func.string_agg if database.current().dialect_name == "postgresql" \
-        else func.group_concat
-    public_keys = (
-        select(aggregate(signing.c.public_key, literal(",")))
-        .where(signing.c.tenant_id == tenants.c.id, signing.c.revoked_at.is_(None),
-               or_(signing.c.expires_at.is_(None), signing.c.expires_at > bindparam("now")))
-        .scalar_subquery().label("signing_public_keys")
-    )
     return (
-        select(*(tenants.c[name] for name, _ in _TENANT_COLUMNS), keys.c.id.label("api_key_id"),
-               keys.c.key_digest, keys.c.prefix, keys.c.scopes,
-               metering.month_total(tenants.c.id, bindparam("period")).label("usage_count"),
-               public_keys)
+        select(*columns)
         .select_from(keys.join(tenants, tenants.c.id == keys.c.tenant_id))
         .where(keys.c.key_digest == bindparam("digest"), keys.c.revoked_at.is_(None),
                or_(keys.c.expires_at.is_(None), keys.c.expires_at > bindparam("now")))
     )
+
+
+def _credential_columns():
+    """What a principal is made of: the tenant, the key, the tenant's signing keys now."""
+    tenants, keys = Tenant.__table__, ApiKey.__table__
+    signing = SigningKey.__table__
+    # The active Ed25519 public keys ride along (comma-separated base64), so verifying with
+    # them costs no second round trip; a tenant without keys pays one index probe.
+    if database.current().dialect_name == "postgresql":
+        # In one order, so the fingerprint over them does not depend on the plan.
+        joined = func.string_agg(signing.c.public_key,
+                                 aggregate_order_by(literal(","), signing.c.id))
+    else:
+        joined = func.group_concat(signing.c.public_key, literal(","))
+    public_keys = (
+        select(joined)
+        .where(signing.c.tenant_id == tenants.c.id, signing.c.revoked_at.is_(None),
+               or_(signing.c.expires_at.is_(None), signing.c.expires_at > bindparam("now")))
+        .scalar_subquery().label("signing_public_keys")
+    )
+    return [*(tenants.c[name] for name, _ in _TENANT_COLUMNS), keys.c.id.label("api_key_id"),
+            keys.c.key_digest, keys.c.prefix, keys.c.scopes, public_keys]
+
+
+def _fingerprint():
+    """A digest of every credential column as PostgreSQL reads it now: equal to a principal's
+    only while nothing it was made of has changed (a change detector over the server's own rows,
+    compared by the database, so MD5 serves). SQLite has none: nothing is cached there."""
+    if database.current().dialect_name != "postgresql":
+        return literal(None, String)
+    return func.md5(cast(tuple_(*_credential_columns()), Text))
+
+
+def _tenant_by_key_digest():
+    tenants = Tenant.__table__
+    return _credentials(
+        *_credential_columns(),
+        metering.month_total(tenants.c.id, bindparam("period")).label("usage_count"),
+        _fingerprint().label("fingerprint"))
+
+
+def credentials_unchanged_statement():
+    """A row when the key :digest is still active at :now and nothing its principal was made of
+    has changed since its :fingerprint was read (app.tenants.key_cache)."""
+    return _credentials(literal(1)).where(_fingerprint() == bindparam("fingerprint"))
 
 
 # What authentication reads of the tenant (as PostgreSQL types, for the function below).
@@ -158,7 +192,8 @@ KEY_LOOKUP_FUNCTION = database.Function(
     arguments=[("digest", "text"), ("period", "text"), ("now", "bigint")],
     returns=[*_TENANT_COLUMNS, ("api_key_id", "character varying"),
              ("key_digest", "character varying"), ("prefix", "character varying"),
-             ("scopes", "character varying"), ("usage_count", "bigint"), ("signing_public_keys", "text")],
+             ("scopes", "character varying"), ("signing_public_keys", "text"),
+             ("usage_count", "bigint"), ("fingerprint", "text")],
 )
 
 

@@ -232,6 +232,13 @@ class TokenBucketRateLimiter(RateLimiter):
         now = time.monotonic()
         return any(now < until for until in list(self._broken_until.values()))
 
+    def trip(self):
+        """Open the breaker for a second on behalf of another caller of the store that it failed
+        (app.tenants.key_cache), so a worker still pays one timeout a second, not one per
+        caller; on a cluster it opens `broken` only (no master is named)."""
+        with self._lock:
+            self._broken_until[None] = time.monotonic() + BREAKER_SECONDS
+
     def _ask(self, call, key, *args):
         node = self._node_of(key)
         if time.monotonic() < self._broken_until.get(node, 0.0):

@@ -1,0 +1,201 @@
+"""Principals kept in Redis (app.tenants.key_cache): generate and verify act on one only while
+the database confirms it, in the statement that writes, so every change to a key or its tenant
+counts from the moment it commits, as it does without the cache."""
+import hashlib
+import json
+
+import pytest
+import redis
+
+from app.clock import billing_period
+from app.extensions import db
+from app.sql import unit_of_work
+from app.tenants import key_cache, keys, service as tenant_service
+from app.tenants.models import MonthlyUsage
+from tests.conftest import TEST_DATABASE_URL, TEST_REDIS_URL
+from tests.support import assert_envelope, scale_response
+from tests.test_signing_keys import KeyPair
+
+pytestmark = pytest.mark.skipif(
+    not (TEST_DATABASE_URL and TEST_REDIS_URL),
+    reason="principals are kept where PostgreSQL confirms them and Redis is the limiter's store")
+
+INVALID_KEY = "invalid or missing X-Service-Key"
+
+
+def _generate(client, tenant, headers=None):
+    return client.post("/v1/intent/generate", headers=headers or tenant.headers,
+                       json={"user_token": "kept-principal-user-token"})
+
+
+def _intent(client, tenant):
+    response = _generate(client, tenant)
+    assert response.status_code == 200, response.get_json()
+    return response.get_json()["intent_hash"]
+
+
+def _verify(client, tenant, intent_hash, response, headers=None):
+    return client.post("/v1/intent/verify", headers={**tenant.headers, **(headers or {})},
+                       json={"original_intent_hash": intent_hash, "response": response})
+
+
+def _entry_name(tenant):
+    return key_cache.PREFIX + hashlib.sha256(tenant.api_key.encode()).hexdigest()
+
+
+def _kept(tenant):
+    return redis.Redis.from_url(TEST_REDIS_URL).get(_entry_name(tenant))
+
+
+def _keep_altered(client, tenant, **fields):
+    """Replace the kept principal by one with `fields` changed, sealed as the service seals."""
+    mac, _, text = _kept(tenant).partition(b" ")
+    altered = json.dumps({**json.loads(text), **fields}, separators=(",", ":")).encode()
+    digest = hashlib.sha256(tenant.api_key.encode()).hexdigest()
+    with client.application.app_context():
+        sealed = key_cache._mac(digest, altered).encode() + b" " + altered
+    redis.Redis.from_url(TEST_REDIS_URL).set(_entry_name(tenant), sealed)
+
+
+@pytest.fixture(params=["enterprise", "free"])
+def kept(request, client, make_tenant):
+    """A tenant (an unlimited and a limited plan) whose principal the first generate kept."""
+    tenant = make_tenant(request.param)
+    assert _kept(tenant) is None
+    _intent(client, tenant)
+    assert _kept(tenant) is not None
+    return tenant
+
+
+def test_a_kept_principal_generates_and_verifies(client, kept):
+    intent_hash = _intent(client, kept)
+    cleared = _verify(client, kept, intent_hash, scale_response(kept.signing_secret, intent_hash))
+    assert cleared.get_json()["cleared"] is True
+    assert client.get("/v1/tenant/usage", headers=kept.headers).get_json()["usage_count"] == 1
+    text = _kept(kept).decode()
+    assert kept.api_key not in text and kept.signing_secret not in text  # digest and sealed only
+    assert "usage_count" not in text
+
+
+def test_a_principal_that_no_longer_matches_is_never_acted_on(client, kept):
+    """A kept principal naming another plan and scheme: the write refuses it, nothing of it is
+    used, and the request is answered from a fresh lookup, which replaces what was kept."""
+    genuine = json.loads(_kept(kept).partition(b" ")[2])
+    _keep_altered(client, kept, plan="pro" if genuine["plan"] != "pro" else "free",
+                  fingerprint="0" * 32)
+    intent_hash = _intent(client, kept)
+    assert json.loads(_kept(kept).partition(b" ")[2]) == genuine
+    _keep_altered(client, kept, signature_scheme="payload", fingerprint="0" * 32)
+    answer = _verify(client, kept, intent_hash, scale_response(kept.signing_secret, intent_hash))
+    assert answer.get_json()["cleared"] is True  # judged under the bound scheme, as stored
+    assert json.loads(_kept(kept).partition(b" ")[2]) == genuine
+
+
+def test_a_tampered_entry_is_ignored(client, kept, make_tenant):
+    """Whoever writes to Redis cannot make the service trust a principal it did not read:
+    an entry without the service's seal, or sealed for another key, is not used."""
+    entry = _kept(kept)
+    mac, _, text = entry.partition(b" ")
+    store = redis.Redis.from_url(TEST_REDIS_URL)
+    store.set(_entry_name(kept), b"0" * len(mac) + b" " + text)
+    assert _generate(client, kept).status_code == 200
+    other = make_tenant("enterprise")
+    _intent(client, other)
+    store.set(_entry_name(kept), _kept(other))  # another key's genuine entry, moved
+    intent_hash = _intent(client, kept)
+    answer = _verify(client, kept, intent_hash, scale_response(kept.signing_secret, intent_hash))
+    assert answer.get_json()["cleared"] is True
+    assert _kept(kept) == entry
+
+
+def test_a_revoked_key_is_refused_at_once(client, kept):
+    intent_hash = _intent(client, kept)
+    with client.application.app_context(), unit_of_work():
+        keys.create_key(kept.tenant_id, name="next")
+        (key_id,) = [row.id for row in keys.list_keys(kept.tenant_id) if row.name == "default"]
+        keys.revoke_key(kept.tenant_id, key_id)
+    assert _kept(kept) is not None
+    assert_envelope(_generate(client, kept), 401, INVALID_KEY)
+    assert _kept(kept) is None  # forgotten: the next request fails authentication as usual
+    assert_envelope(_verify(client, kept, intent_hash,
+                            scale_response(kept.signing_secret, intent_hash)), 401, INVALID_KEY)
+
+
+def test_a_revoked_key_reads_no_stored_verdict(client, kept):
+    """A retried verify is answered from its stored verdict before the gate runs: a kept
+    principal is confirmed first."""
+    intent_hash = _intent(client, kept)
+    retry = {"Idempotency-Key": "kept-principal-retry"}
+    signed = scale_response(kept.signing_secret, intent_hash)
+    assert _verify(client, kept, intent_hash, signed, retry).get_json()["cleared"] is True
+    _intent(client, kept)  # kept again
+    with client.application.app_context(), unit_of_work():
+        keys.create_key(kept.tenant_id, name="next")
+        (key_id,) = [row.id for row in keys.list_keys(kept.tenant_id) if row.name == "default"]
+        keys.revoke_key(kept.tenant_id, key_id)
+    assert _kept(kept) is not None
+    assert_envelope(_verify(client, kept, intent_hash, signed, retry), 401, INVALID_KEY)
+
+
+def test_a_deactivated_tenant_is_refused_at_once(client, kept):
+    intent_hash = _intent(client, kept)
+    with client.application.app_context(), unit_of_work():
+        tenant_service.update_tenant(kept.tenant_id, active=False)
+    assert_envelope(_verify(client, kept, intent_hash,
+                            scale_response(kept.signing_secret, intent_hash)), 401, INVALID_KEY)
+    assert_envelope(_generate(client, kept), 401, INVALID_KEY)
+    with client.application.app_context(), unit_of_work():
+        tenant_service.update_tenant(kept.tenant_id, active=True)
+    assert _generate(client, kept).status_code == 200
+
+
+def test_a_rotated_signing_secret_counts_at_once(client, kept):
+    intent_hash = _intent(client, kept)
+    with client.application.app_context(), unit_of_work():
+        new_secret, _ = tenant_service.rotate_signing_secret(kept.tenant_id, grace_seconds=0)
+    old = _verify(client, kept, intent_hash, scale_response(kept.signing_secret, intent_hash))
+    assert old.get_json()["reason"] == "InvalidSignature"
+    intent_hash = _intent(client, kept)
+    new = _verify(client, kept, intent_hash, scale_response(new_secret, intent_hash))
+    assert new.get_json()["cleared"] is True
+
+
+@pytest.fixture
+def admin_headers(runner, leak_watch):
+    admin = json.loads(runner.invoke(args=["admin-keys", "create", "--name", "ops",
+                                           "--json"]).stdout)
+    leak_watch.add(admin["api_key"], admin["signing_secret"])
+    return {"X-Service-Key": admin["api_key"]}
+
+
+def test_a_revoked_signing_key_counts_at_once(client, kept, admin_headers):
+    pairs = [KeyPair(), KeyPair()]
+    added = [client.post(f"/v1/admin/tenants/{kept.tenant_id}/signing-keys",
+                         headers=admin_headers, json={"public_key": pair.raw_base64})
+             for pair in pairs]
+    assert [response.status_code for response in added] == [201, 201]
+    with client.application.app_context(), unit_of_work():
+        tenant_service.update_tenant(kept.tenant_id, signature_scheme="ed25519")
+    intent_hash = _intent(client, kept)
+    assert _verify(client, kept, intent_hash, pairs[0].response(intent_hash)).get_json()["cleared"]
+    revoked = client.delete(f"/v1/admin/tenants/{kept.tenant_id}/signing-keys/"
+                            f"{added[0].get_json()['id']}", headers=admin_headers)
+    assert revoked.status_code == 200, revoked.get_json()
+    intent_hash = _intent(client, kept)
+    answer = _verify(client, kept, intent_hash, pairs[0].response(intent_hash))
+    assert answer.get_json()["reason"] == "InvalidSignature"
+    intent_hash = _intent(client, kept)
+    assert _verify(client, kept, intent_hash, pairs[1].response(intent_hash)).get_json()["cleared"]
+
+
+def test_a_plan_used_up_refuses_a_kept_principal(client, kept):
+    """A kept principal carries no usage_count: the month is counted where it is written."""
+    with client.application.app_context(), unit_of_work():
+        tenant_service.update_tenant(kept.tenant_id, plan="free")
+        db.session.add(MonthlyUsage(tenant_id=kept.tenant_id, period=billing_period(), shard=5,
+                                    usage_count=1_000))
+    # The first answer comes from the fresh lookup (the plan changed), the second from the
+    # principal kept again, checked by the INSERT's function.
+    for _ in range(2):
+        assert_envelope(_generate(client, kept), 429, "monthly verification limit reached")
+        assert _kept(kept) is not None
