@@ -5,7 +5,7 @@ statement of its own on the one server that does not scale out. Here a tenant's 
 the lookup read it, is kept in REDIS_URL beside the rate limits: shared by every worker on every
 host, never in a process's memory. It is trusted for nothing by itself:
 
-- The statement that acts on it confirms it, in its own transaction: the gate and the intent's
+- The statement that acts on it confirms it, as its first step: the gate and the intent's
   INSERT first read the key and its tenant again (two index probes inside a function PostgreSQL
   keeps planned) and compare the principal's fingerprint, a digest of every credential column
   (app.tenants.keys). A key revoked or expired, a tenant deactivated, a plan, signing secret,
