@@ -183,13 +183,9 @@ RETURN NEXT;"""
 def _confirm_principal(sql):
     """The first step: a principal from the key cache (:fingerprint) must match the database
     still; otherwise answer `stale` having written nothing."""
+    stale = keys.confirmation_steps(sql, "stale := true;\n  RETURN NEXT;\n  RETURN;")
     return f"""IF p_fingerprint IS NOT NULL THEN
-  {sql(keys.credentials_unchanged_statement())} INTO p_unchanged;
-  IF p_unchanged IS NULL THEN
-    stale := true;
-    RETURN NEXT;
-    RETURN;
-  END IF;
+{stale}
 END IF;"""
 
 
@@ -203,7 +199,7 @@ VERIFY_FUNCTION = database.Procedure(
                ("skew", "bigint"), ("tenant_id", "integer"), ("period", "text"), ("day", "text"),
                ("plan_limit", "bigint"), ("event_id", "text"), ("digest", "text"),
                ("fingerprint", "text")],
-    variables=[("unchanged", "integer"), ("usage_count", "bigint"), ("consumed_id", "bigint"),
+    variables=[("current", "text"), ("public_keys", "boolean"), ("usage_count", "bigint"), ("consumed_id", "bigint"),
                ("recorded_match_id", "text"), ("issued_at", "bigint"), ("expires_at", "bigint"),
                ("sighting", "bigint"), ("first_sighting", "boolean"), ("reason", "text")],
     returns=[("reason", "text"), ("usage_count", "bigint"), ("stale", "boolean")],

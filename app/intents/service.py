@@ -37,12 +37,8 @@ def _insert_intent():
 
 
 def _issue_steps(sql):
-    return f"""{sql(keys.credentials_unchanged_statement())} INTO p_unchanged;
-IF p_unchanged IS NULL THEN
-  issued := false;
-  RETURN NEXT;
-  RETURN;
-END IF;
+    stale = keys.confirmation_steps(sql, "issued := false;\n  RETURN NEXT;\n  RETURN;")
+    return f"""{stale}
 IF p_plan_limit IS NOT NULL THEN
   {sql(_month_fits())} INTO p_fits;
   IF p_fits IS NULL THEN
@@ -71,7 +67,7 @@ ISSUE_FUNCTION = database.Procedure(
                ("issued_at", "bigint"), ("expires_at", "bigint"), ("digest", "text"),
                ("now", "bigint"), ("fingerprint", "text"), ("tenant_id", "integer"),
                ("period", "text"), ("plan_limit", "bigint")],
-    variables=[("unchanged", "integer"), ("fits", "integer")],
+    variables=[("current", "text"), ("public_keys", "boolean"), ("fits", "integer")],
     returns=[("issued", "boolean")],
 )
 

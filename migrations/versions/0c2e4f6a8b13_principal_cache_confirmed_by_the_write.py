@@ -36,9 +36,9 @@ RETURN QUERY SELECT tenants.id, tenants.email, tenants.plan, tenants.active, ten
 FROM signing_keys 
 WHERE signing_keys.tenant_id = tenants.id AND signing_keys.revoked_at IS NULL AND (signing_keys.expires_at IS NULL OR signing_keys.expires_at > p_now)) AS signing_public_keys, CAST((SELECT coalesce(sum(month_shards.usage_count), 0) AS coalesce_1 
 FROM monthly_usage AS month_shards 
-WHERE month_shards.tenant_id = tenants.id AND month_shards.period = p_period) AS BIGINT) AS usage_count, md5(CAST((tenants.id, tenants.email, tenants.plan, tenants.active, tenants.signing_secret_sealed, tenants.previous_signing_secret_sealed, tenants.previous_signing_secret_expires_at, tenants.signature_scheme, tenants.previous_signature_scheme, tenants.previous_scheme_valid_until, api_keys.id, api_keys.key_digest, api_keys.prefix, api_keys.scopes, (SELECT string_agg(signing_keys.public_key, ',' ORDER BY signing_keys.id) AS string_agg_2 
+WHERE month_shards.tenant_id = tenants.id AND month_shards.period = p_period) AS BIGINT) AS usage_count, CASE WHEN (tenants.signature_scheme = 'ed25519' OR tenants.previous_signature_scheme = 'ed25519') THEN md5(md5(CAST((tenants.id, tenants.email, tenants.plan, tenants.active, tenants.signing_secret_sealed, tenants.previous_signing_secret_sealed, tenants.previous_signing_secret_expires_at, tenants.signature_scheme, tenants.previous_signature_scheme, tenants.previous_scheme_valid_until, api_keys.id, api_keys.key_digest, api_keys.prefix, api_keys.scopes) AS TEXT)) || coalesce((SELECT string_agg(signing_keys.public_key, ',' ORDER BY signing_keys.id) AS string_agg_1 
 FROM signing_keys 
-WHERE signing_keys.tenant_id = tenants.id AND signing_keys.revoked_at IS NULL AND (signing_keys.expires_at IS NULL OR signing_keys.expires_at > p_now))) AS TEXT)) AS fingerprint 
+WHERE signing_keys.tenant_id = tenants.id AND signing_keys.revoked_at IS NULL AND (signing_keys.expires_at IS NULL OR signing_keys.expires_at > p_now)), '')) ELSE md5(CAST((tenants.id, tenants.email, tenants.plan, tenants.active, tenants.signing_secret_sealed, tenants.previous_signing_secret_sealed, tenants.previous_signing_secret_expires_at, tenants.signature_scheme, tenants.previous_signature_scheme, tenants.previous_scheme_valid_until, api_keys.id, api_keys.key_digest, api_keys.prefix, api_keys.scopes) AS TEXT)) END AS fingerprint 
 FROM api_keys JOIN tenants ON tenants.id = api_keys.tenant_id 
 WHERE api_keys.key_digest = p_digest AND api_keys.revoked_at IS NULL AND (api_keys.expires_at IS NULL OR api_keys.expires_at > p_now);
 END
@@ -50,7 +50,8 @@ RETURNS TABLE(reason text, usage_count bigint, stale boolean) LANGUAGE plpgsql
 SET lock_timeout = '5s' AS $function$
 #variable_conflict use_column
 DECLARE
-p_unchanged integer;
+p_current text;
+p_public_keys boolean;
 p_usage_count bigint;
 p_consumed_id bigint;
 p_recorded_match_id text;
@@ -61,16 +62,19 @@ p_first_sighting boolean;
 p_reason text;
 BEGIN
 IF p_fingerprint IS NOT NULL THEN
-  SELECT 1 AS anon_1 
+SELECT md5(CAST((tenants.id, tenants.email, tenants.plan, tenants.active, tenants.signing_secret_sealed, tenants.previous_signing_secret_sealed, tenants.previous_signing_secret_expires_at, tenants.signature_scheme, tenants.previous_signature_scheme, tenants.previous_scheme_valid_until, api_keys.id, api_keys.key_digest, api_keys.prefix, api_keys.scopes) AS TEXT)) AS md5_1, tenants.signature_scheme = 'ed25519' OR tenants.previous_signature_scheme = 'ed25519' AS anon_1 
 FROM api_keys JOIN tenants ON tenants.id = api_keys.tenant_id 
-WHERE api_keys.key_digest = p_digest AND api_keys.revoked_at IS NULL AND (api_keys.expires_at IS NULL OR api_keys.expires_at > p_now) AND md5(CAST((tenants.id, tenants.email, tenants.plan, tenants.active, tenants.signing_secret_sealed, tenants.previous_signing_secret_sealed, tenants.previous_signing_secret_expires_at, tenants.signature_scheme, tenants.previous_signature_scheme, tenants.previous_scheme_valid_until, api_keys.id, api_keys.key_digest, api_keys.prefix, api_keys.scopes, (SELECT string_agg(signing_keys.public_key, ',' ORDER BY signing_keys.id) AS string_agg_1 
+WHERE api_keys.key_digest = p_digest AND api_keys.revoked_at IS NULL AND (api_keys.expires_at IS NULL OR api_keys.expires_at > p_now) INTO p_current, p_public_keys;
+IF p_public_keys THEN
+  SELECT md5(p_current || coalesce((SELECT string_agg(signing_keys.public_key, ',' ORDER BY signing_keys.id) AS string_agg_1 
 FROM signing_keys 
-WHERE signing_keys.tenant_id = tenants.id AND signing_keys.revoked_at IS NULL AND (signing_keys.expires_at IS NULL OR signing_keys.expires_at > p_now))) AS TEXT)) = p_fingerprint INTO p_unchanged;
-  IF p_unchanged IS NULL THEN
-    stale := true;
-    RETURN NEXT;
-    RETURN;
-  END IF;
+WHERE signing_keys.tenant_id = p_tenant_id AND signing_keys.revoked_at IS NULL AND (signing_keys.expires_at IS NULL OR signing_keys.expires_at > p_now)), '')) AS md5_1 INTO p_current;
+END IF;
+IF p_current IS DISTINCT FROM p_fingerprint THEN
+  stale := true;
+  RETURN NEXT;
+  RETURN;
+END IF;
 END IF;
 IF p_tenant_id IS NOT NULL THEN
   IF p_plan_limit IS NULL THEN
@@ -120,15 +124,19 @@ RETURNS TABLE(issued boolean) LANGUAGE plpgsql
 SET lock_timeout = '5s' AS $function$
 #variable_conflict use_column
 DECLARE
-p_unchanged integer;
+p_current text;
+p_public_keys boolean;
 p_fits integer;
 BEGIN
-SELECT 1 AS anon_1 
+SELECT md5(CAST((tenants.id, tenants.email, tenants.plan, tenants.active, tenants.signing_secret_sealed, tenants.previous_signing_secret_sealed, tenants.previous_signing_secret_expires_at, tenants.signature_scheme, tenants.previous_signature_scheme, tenants.previous_scheme_valid_until, api_keys.id, api_keys.key_digest, api_keys.prefix, api_keys.scopes) AS TEXT)) AS md5_1, tenants.signature_scheme = 'ed25519' OR tenants.previous_signature_scheme = 'ed25519' AS anon_1 
 FROM api_keys JOIN tenants ON tenants.id = api_keys.tenant_id 
-WHERE api_keys.key_digest = p_digest AND api_keys.revoked_at IS NULL AND (api_keys.expires_at IS NULL OR api_keys.expires_at > p_now) AND md5(CAST((tenants.id, tenants.email, tenants.plan, tenants.active, tenants.signing_secret_sealed, tenants.previous_signing_secret_sealed, tenants.previous_signing_secret_expires_at, tenants.signature_scheme, tenants.previous_signature_scheme, tenants.previous_scheme_valid_until, api_keys.id, api_keys.key_digest, api_keys.prefix, api_keys.scopes, (SELECT string_agg(signing_keys.public_key, ',' ORDER BY signing_keys.id) AS string_agg_1 
+WHERE api_keys.key_digest = p_digest AND api_keys.revoked_at IS NULL AND (api_keys.expires_at IS NULL OR api_keys.expires_at > p_now) INTO p_current, p_public_keys;
+IF p_public_keys THEN
+  SELECT md5(p_current || coalesce((SELECT string_agg(signing_keys.public_key, ',' ORDER BY signing_keys.id) AS string_agg_1 
 FROM signing_keys 
-WHERE signing_keys.tenant_id = tenants.id AND signing_keys.revoked_at IS NULL AND (signing_keys.expires_at IS NULL OR signing_keys.expires_at > p_now))) AS TEXT)) = p_fingerprint INTO p_unchanged;
-IF p_unchanged IS NULL THEN
+WHERE signing_keys.tenant_id = p_tenant_id AND signing_keys.revoked_at IS NULL AND (signing_keys.expires_at IS NULL OR signing_keys.expires_at > p_now)), '')) AS md5_1 INTO p_current;
+END IF;
+IF p_current IS DISTINCT FROM p_fingerprint THEN
   issued := false;
   RETURN NEXT;
   RETURN;
