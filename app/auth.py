@@ -9,25 +9,31 @@ could be authenticated) it checks the request's rate limits, once: app.traffic.l
 the caller's bucket or the address's failure allowance.
 
 The intent endpoints (`cached=True`) take a tenant's principal from app.tenants.key_cache when it
-is there: their one write confirms it (its fingerprint), and when it no longer matches
-(StaleCredentials, nothing written) the view runs once more on a fresh lookup, without a second
-rate-limit check, or is answered 401 when the key no longer authenticates.
+is there: their one write confirms it (its fingerprint). Any other outcome (StaleCredentials:
+it no longer matches and nothing was written; an error answer; a 429 from its bucket) is
+decided again on a fresh lookup: the view runs once more, without a second rate-limit check,
+or the request is answered 401 when the key no longer authenticates.
 """
 import re
 from dataclasses import dataclass
 from functools import wraps
 
 from flask import current_app, g, request
+from marshmallow import ValidationError
+from werkzeug.exceptions import HTTPException
 
 from app import crypto
 from app.admin import service as admin_service
-from app.errors import Forbidden, NotFound, Unauthorized, Unavailable
+from app.errors import (ApiError, Forbidden, NotFound, TooManyRequests, Unauthorized,
+                        Unavailable)
 from app.openapi import Blueprint
 from app.sql import MAX_ID
 from app.tenants import key_cache, keys, scopes as key_scopes
 from app.traffic import limits
 
 KEY_HEADER = "X-Service-Key"
+# What a view answers other than success: StaleCredentials and the error answers.
+_ANSWERS = (key_cache.StaleCredentials, ApiError, HTTPException, ValidationError)
 KEY_PATTERN = re.compile(r"key_live_[0-9a-f]{48}")
 
 # Per-endpoint 401 texts from SPEC.md: (missing key, invalid key).
@@ -106,7 +112,12 @@ def authenticated(kinds, texts, cached=False):
     if principal.kind not in kinds:
         raise Forbidden(_wrong_kind_text(kinds))
     g.principal = principal
-    limits.check()  # the caller's bucket, before the view does anything
+    try:
+        limits.check()  # the caller's bucket, before the view does anything
+    except TooManyRequests:
+        if principal.fingerprint is not None:
+            reauthenticated(texts)  # a key that no longer authenticates: 401, not its 429
+        raise
     return principal
 
 
@@ -142,15 +153,20 @@ def authenticate(kinds=("tenant", "admin"), texts=GATE_TEXTS, *, scope, cached=F
         @wraps(view)
         def wrapper(*args, **kwargs):
             principal = authenticated(kinds, texts, cached)
-            if scope is not None:
-                key_scopes.require(principal.scopes, scope)
             try:
-                return view(*args, **kwargs)
-            except key_cache.StaleCredentials:  # only a kept principal is ever stale
-                principal = reauthenticated(texts)
                 if scope is not None:
                     key_scopes.require(principal.scopes, scope)
                 return view(*args, **kwargs)
+            except _ANSWERS:
+                if principal.fingerprint is None:
+                    raise
+            # A kept principal's request that did not succeed through the write confirming it:
+            # decided again on a fresh lookup, so every refusal is the database's (a revoked
+            # key with a bad body is a 401, as it always was).
+            principal = reauthenticated(texts)
+            if scope is not None:
+                key_scopes.require(principal.scopes, scope)
+            return view(*args, **kwargs)
 
         return _declares(scope)(wrapper)
 

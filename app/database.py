@@ -44,8 +44,11 @@ class Statement:
         self._row = None
 
     def row_type(self, description):
-        if self._row is None:
-            self._row = namedtuple("Row", [column[0] for column in description])
+        names = tuple(column[0] for column in description)
+        if self._row is None or self._row._fields != names:
+            # Made again when the columns change (a function a migration replaced under a
+            # running worker) rather than fitting new columns into the old names.
+            self._row = namedtuple("Row", names)
         return self._row
 
 

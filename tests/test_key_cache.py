@@ -199,3 +199,38 @@ def test_a_plan_used_up_refuses_a_kept_principal(client, kept):
     for _ in range(2):
         assert_envelope(_generate(client, kept), 429, "monthly verification limit reached")
         assert _kept(kept) is not None
+
+
+def _revoke_default_key(client, tenant):
+    with client.application.app_context(), unit_of_work():
+        keys.create_key(tenant.tenant_id, name="next")
+        (key_id,) = [row.id for row in keys.list_keys(tenant.tenant_id) if row.name == "default"]
+        keys.revoke_key(tenant.tenant_id, key_id)
+
+
+def test_every_refusal_of_a_kept_principal_is_the_databases(client, kept):
+    """Only a success goes through the write that confirms a kept principal: any other answer
+    (a bad body, a context store failure, a refusal) is decided again on a fresh lookup, so a
+    revoked key is a 401 whatever else is wrong with the request."""
+    _revoke_default_key(client, kept)
+    assert_envelope(client.post("/v1/intent/generate", headers=kept.headers,
+                                json={"user_token": ""}), 401, INVALID_KEY)
+    assert _kept(kept) is None  # forgotten: its next request fails authentication as usual
+
+
+def test_a_revoked_key_with_an_empty_bucket_is_a_401(client, make_tenant):
+    client.application.config.update(RATE_LIMIT_CAPACITY=2, RATE_LIMIT_REFILL_PER_MINUTE=1)
+    tenant = make_tenant("enterprise")
+    for _ in range(2):  # the bucket's two tokens: the principal is kept
+        assert _generate(client, tenant).status_code == 200
+    assert_envelope(_generate(client, tenant), 429, "rate limit exceeded")
+    _revoke_default_key(client, tenant)
+    assert_envelope(_generate(client, tenant), 401, INVALID_KEY)
+
+
+def test_an_entry_of_another_shape_is_a_miss(client, kept):
+    """An entry a release with other principal columns kept (sealed alike) is not used."""
+    genuine = json.loads(_kept(kept).partition(b" ")[2])
+    _keep_altered(client, kept, column_of_another_release=1)
+    assert _generate(client, kept).status_code == 200
+    assert json.loads(_kept(kept).partition(b" ")[2]) == genuine

@@ -103,11 +103,16 @@ def _issue_confirmed(principal, intent):
 
 def _tags(user_token):
     """The context store's tags for the token, asked once per request: a request run again on
-    a fresh principal (app.auth) reuses them."""
-    tags = g.get("context_tags")
-    if tags is None:
-        tags = g.context_tags = context_store.tags_for(user_token)
-    return tags
+    a fresh principal (app.auth) reuses its answer, or its failure."""
+    if "context_answer" not in g:
+        try:
+            g.context_answer = context_store.tags_for(user_token)
+        except Exception as exc:
+            g.context_answer = exc
+            raise
+    if isinstance(g.context_answer, Exception):
+        raise g.context_answer
+    return g.context_answer
 
 
 def purge_expired_intents(cutoff, batch_size):

@@ -35,6 +35,7 @@ import redis
 from flask import current_app
 
 from app.extensions import limiter
+from app.tenants import keys
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,10 @@ def get(digest):
     if not hmac.compare_digest(mac, _mac(digest, text).encode("ascii")):
         log.warning("a kept principal failed its integrity check: ignored")
         return None
-    return SimpleNamespace(**json.loads(text))
+    fields = json.loads(text)
+    if fields.keys() != _kept_fields():
+        return None  # kept by a release whose principal had other columns: a miss
+    return SimpleNamespace(**fields)
 
 
 def put(tenant):
@@ -104,6 +108,11 @@ def forget(digest):
         _unavailable(exc)
 
 
+@lru_cache(maxsize=1)
+def _kept_fields():
+    return {name for name, _ in keys.KEY_LOOKUP_FUNCTION.returns} - set(_NOT_KEPT)
+
+
 def _client():
     if not current_app.extensions.get("key_cache") or limiter.limiter.broken:
         return None
@@ -111,10 +120,12 @@ def _client():
 
 
 def _unavailable(exc):
-    # The lookup answers instead. The store failed: the limiter's breaker opens for a second,
-    # so this worker waits for it once a second in all, not once here and once for the bucket.
+    # The lookup answers instead. When the store did not answer, the limiter's breaker opens
+    # for a second, so this worker waits for it once a second in all, not once here and once
+    # for the bucket; an error the store answered (a refused command) concerns these keys only.
     log.warning("principal cache unavailable", extra={"failure": type(exc).__name__})
-    limiter.limiter.trip()
+    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+        limiter.limiter.trip()
 
 
 def _mac(digest, text):

@@ -221,9 +221,11 @@ _TENANT_COLUMNS = (
     ("signature_scheme", "character varying"), ("previous_signature_scheme", "character varying"),
     ("previous_scheme_valid_until", "bigint"),
 )
-# Every authenticated request runs this: PostgreSQL keeps it planned (see database.Function).
+# Every authenticated request not served a kept principal runs this: PostgreSQL keeps it
+# planned (see database.Function). Named anew when its result changed (fingerprint): workers of
+# the previous release, during a rolling restart, still call theirs (intentgate_tenant_by_...).
 KEY_LOOKUP_FUNCTION = database.Function(
-    "intentgate_tenant_by_key_digest", _tenant_by_key_digest,
+    "intentgate_principal_by_key_digest", _tenant_by_key_digest,
     arguments=[("digest", "text"), ("period", "text"), ("now", "bigint")],
     returns=[*_TENANT_COLUMNS, ("api_key_id", "character varying"),
              ("key_digest", "character varying"), ("prefix", "character varying"),

@@ -8,16 +8,18 @@ Create Date: 2026-11-24 23:00:00
 The key lookup was a statement of its own on the primary at every generate and verify (0.11 ms
 of PostgreSQL CPU of a verify's 0.37, measured with pgbench). app.tenants.key_cache keeps a
 tenant's principal in Redis; the one write of each request confirms it:
-- intentgate_tenant_by_key_digest also returns `fingerprint`, the MD5 of every credential column
-  as read (the tenant's signing keys now in one order);
+- intentgate_principal_by_key_digest (new) is the key lookup that also returns `fingerprint`,
+  the MD5 of every credential column as read (and of the signing keys, in one order, for a
+  tenant on the Ed25519 scheme);
 - intentgate_verify takes the caller's digest and fingerprint (NULL: a principal just read, as
   before) and answers `stale`, having written nothing, when they no longer match;
 - intentgate_issue_intent (new) inserts the intent only while they match and, for a limited
   plan, while the month has room (a kept principal does not carry the usage_count).
-Functions only, in one transaction: short catalogue writes. The previous 12-argument
-intentgate_verify stays, for workers of the previous release during a rolling restart (the
-lookup's new column is one they ignore); the downgrade drops what this adds and puts the
-previous lookup back. Nothing to do on SQLite, which has no cache.
+Functions only, created in one transaction: short catalogue writes, nothing replaced. Workers
+of the previous release, during a rolling restart, keep calling intentgate_tenant_by_key_digest
+and the 12-argument intentgate_verify, which stay as they were (a lookup whose result changed
+under them would fail every request); the downgrade drops what this adds. Nothing to do on
+SQLite, which has no cache.
 """
 from alembic import op
 
@@ -27,7 +29,7 @@ branch_labels = None
 depends_on = None
 
 KEY_LOOKUP_FUNCTION = """\
-CREATE OR REPLACE FUNCTION intentgate_tenant_by_key_digest(p_digest text, p_period text, p_now bigint)
+CREATE OR REPLACE FUNCTION intentgate_principal_by_key_digest(p_digest text, p_period text, p_now bigint)
 RETURNS TABLE(id integer, email character varying, plan character varying, active boolean, signing_secret_sealed text, previous_signing_secret_sealed text, previous_signing_secret_expires_at bigint, signature_scheme character varying, previous_signature_scheme character varying, previous_scheme_valid_until bigint, api_key_id character varying, key_digest character varying, prefix character varying, scopes character varying, signing_public_keys text, usage_count bigint, fingerprint text) LANGUAGE plpgsql
 SET lock_timeout = '5s' AS $function$
 #variable_conflict use_column
@@ -156,22 +158,6 @@ RETURN NEXT;
 END
 $function$"""
 
-PREVIOUS_KEY_LOOKUP_FUNCTION = """\
-CREATE OR REPLACE FUNCTION intentgate_tenant_by_key_digest(p_digest text, p_period text, p_now bigint)
-RETURNS TABLE(id integer, email character varying, plan character varying, active boolean, signing_secret_sealed text, previous_signing_secret_sealed text, previous_signing_secret_expires_at bigint, signature_scheme character varying, previous_signature_scheme character varying, previous_scheme_valid_until bigint, api_key_id character varying, key_digest character varying, prefix character varying, scopes character varying, usage_count bigint, signing_public_keys text) LANGUAGE plpgsql
-SET lock_timeout = '5s' AS $function$
-#variable_conflict use_column
-BEGIN
-RETURN QUERY SELECT tenants.id, tenants.email, tenants.plan, tenants.active, tenants.signing_secret_sealed, tenants.previous_signing_secret_sealed, tenants.previous_signing_secret_expires_at, tenants.signature_scheme, tenants.previous_signature_scheme, tenants.previous_scheme_valid_until, api_keys.id AS api_key_id, api_keys.key_digest, api_keys.prefix, api_keys.scopes, CAST((SELECT coalesce(sum(month_shards.usage_count), 0) AS coalesce_1 
-FROM monthly_usage AS month_shards 
-WHERE month_shards.tenant_id = tenants.id AND month_shards.period = p_period) AS BIGINT) AS usage_count, (SELECT string_agg(signing_keys.public_key, ',') AS string_agg_1 
-FROM signing_keys 
-WHERE signing_keys.tenant_id = tenants.id AND signing_keys.revoked_at IS NULL AND (signing_keys.expires_at IS NULL OR signing_keys.expires_at > p_now)) AS signing_public_keys 
-FROM api_keys JOIN tenants ON tenants.id = api_keys.tenant_id 
-WHERE api_keys.key_digest = p_digest AND api_keys.revoked_at IS NULL AND (api_keys.expires_at IS NULL OR api_keys.expires_at > p_now);
-END
-$function$"""
-
 LOOKUP_ARGUMENTS = "text, text, bigint"
 VERIFY_ARGUMENTS = ("bigint, text, text, text, boolean, bigint, bigint, integer, text, text, "
                     "bigint, text, text, text")
@@ -182,8 +168,6 @@ def upgrade():
     if op.get_bind().dialect.name != "postgresql":
         return
     op.execute("SET LOCAL lock_timeout = '5s'")
-    # Its result gains a column: CREATE OR REPLACE cannot change a function's result type.
-    op.execute(f"DROP FUNCTION intentgate_tenant_by_key_digest({LOOKUP_ARGUMENTS})")
     op.execute(KEY_LOOKUP_FUNCTION)
     op.execute(VERIFY_FUNCTION)
     op.execute(ISSUE_FUNCTION)
@@ -195,5 +179,4 @@ def downgrade():
     op.execute("SET LOCAL lock_timeout = '5s'")
     op.execute(f"DROP FUNCTION intentgate_issue_intent({ISSUE_ARGUMENTS})")
     op.execute(f"DROP FUNCTION intentgate_verify({VERIFY_ARGUMENTS})")
-    op.execute(f"DROP FUNCTION intentgate_tenant_by_key_digest({LOOKUP_ARGUMENTS})")
-    op.execute(PREVIOUS_KEY_LOOKUP_FUNCTION)
+    op.execute(f"DROP FUNCTION intentgate_principal_by_key_digest({LOOKUP_ARGUMENTS})")
