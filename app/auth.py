@@ -122,7 +122,8 @@ def authenticated(kinds, texts, cached=False):
 
 
 def reauthenticated(texts):
-    """After StaleCredentials: the caller afresh from the database, its bucket already spent.
+    """After a kept principal's request did not succeed (StaleCredentials, an error answer, its
+    bucket's 429): the caller afresh from the database, its bucket already spent.
     A key that no longer authenticates is answered 401 (its kept principal is forgotten, so
     its next request is a failed authentication like any other)."""
     principal = resolve(request.headers[KEY_HEADER], cached=True, fresh=True)
