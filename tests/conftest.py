@@ -1,5 +1,6 @@
 """Fixtures: the app on SQLite by default, or on PostgreSQL/Redis when TEST_DATABASE_URL and
 TEST_REDIS_URL are set. The schema comes from the Alembic migrations, so they are tested too."""
+import json
 import os
 import subprocess
 import sys
@@ -157,6 +158,15 @@ def make_tenant(app, leak_watch):
 @pytest.fixture
 def tenant(make_tenant):
     return make_tenant("starter")
+
+
+@pytest.fixture
+def admin_headers(runner, leak_watch):
+    """An admin key named "ops" (audit entries say `admin:ops`), watched for leaks."""
+    admin = json.loads(runner.invoke(args=["admin-keys", "create", "--name", "ops",
+                                           "--json"]).stdout)
+    leak_watch.add(admin["api_key"], admin["signing_secret"])
+    return {"X-Service-Key": admin["api_key"]}
 
 
 @pytest.fixture(scope="session")

@@ -37,8 +37,9 @@ def _newest_definitions():
                                             ("VERIFY_FUNCTION", VERIFY_FUNCTION),
                                             ("ISSUE_FUNCTION", ISSUE_FUNCTION)])
 def test_the_migration_creates_what_the_code_builds(settings, name, function):
-    """Changed the gate, the key lookup or the issuing of intents? Write a migration that creates the new definition
-    (function.definition(psycopg2.dialect())); PostgreSQL would otherwise run the old one."""
+    """Changed the gate, the key lookup or the issuing of intents? Write a migration that
+    creates the new definition (function.definition(psycopg2.dialect())); PostgreSQL would
+    otherwise run the old one."""
     # An app for PostgreSQL (it never connects here): the statements are built for its dialect.
     settings["SQLALCHEMY_DATABASE_URI"] = "postgresql://nobody@127.0.0.1:1/none"
     with create_app(settings).app_context():

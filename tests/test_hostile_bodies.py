@@ -165,14 +165,6 @@ BODY_ROUTES = [
 
 
 @pytest.fixture
-def admin_headers(runner, leak_watch):
-    result = runner.invoke(args=["admin-keys", "create", "--name", "hostile", "--json"])
-    created = json.loads(result.stdout)
-    leak_watch.add(created["api_key"], created["signing_secret"])
-    return {"X-Service-Key": created["api_key"]}
-
-
-@pytest.fixture
 def callers(tenant, admin_headers, leak_watch):
     # The leak watch reads bodies with Flask's lenient parser (a RecursionError on deep ones);
     # the credentials above are registered with it directly.

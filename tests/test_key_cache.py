@@ -49,12 +49,19 @@ def _kept(tenant):
 
 def _keep_altered(client, tenant, **fields):
     """Replace the kept principal by one with `fields` changed, sealed as the service seals."""
-    mac, _, text = _kept(tenant).partition(b" ")
+    text = _kept(tenant).partition(b" ")[2]
     altered = json.dumps({**json.loads(text), **fields}, separators=(",", ":")).encode()
     digest = hashlib.sha256(tenant.api_key.encode()).hexdigest()
     with client.application.app_context():
         sealed = key_cache._mac(digest, altered).encode() + b" " + altered
     redis.Redis.from_url(TEST_REDIS_URL).set(_entry_name(tenant), sealed)
+
+
+def _revoke_default_key(client, tenant):
+    with client.application.app_context(), unit_of_work():
+        keys.create_key(tenant.tenant_id, name="next")
+        (key_id,) = [row.id for row in keys.list_keys(tenant.tenant_id) if row.name == "default"]
+        keys.revoke_key(tenant.tenant_id, key_id)
 
 
 @pytest.fixture(params=["enterprise", "free"])
@@ -110,10 +117,7 @@ def test_a_tampered_entry_is_ignored(client, kept, make_tenant):
 
 def test_a_revoked_key_is_refused_at_once(client, kept):
     intent_hash = _intent(client, kept)
-    with client.application.app_context(), unit_of_work():
-        keys.create_key(kept.tenant_id, name="next")
-        (key_id,) = [row.id for row in keys.list_keys(kept.tenant_id) if row.name == "default"]
-        keys.revoke_key(kept.tenant_id, key_id)
+    _revoke_default_key(client, kept)
     assert _kept(kept) is not None
     assert_envelope(_generate(client, kept), 401, INVALID_KEY)
     assert _kept(kept) is None  # forgotten: the next request fails authentication as usual
@@ -129,10 +133,7 @@ def test_a_revoked_key_reads_no_stored_verdict(client, kept):
     signed = scale_response(kept.signing_secret, intent_hash)
     assert _verify(client, kept, intent_hash, signed, retry).get_json()["cleared"] is True
     _intent(client, kept)  # kept again
-    with client.application.app_context(), unit_of_work():
-        keys.create_key(kept.tenant_id, name="next")
-        (key_id,) = [row.id for row in keys.list_keys(kept.tenant_id) if row.name == "default"]
-        keys.revoke_key(kept.tenant_id, key_id)
+    _revoke_default_key(client, kept)
     assert _kept(kept) is not None
     assert_envelope(_verify(client, kept, intent_hash, signed, retry), 401, INVALID_KEY)
 
@@ -158,14 +159,6 @@ def test_a_rotated_signing_secret_counts_at_once(client, kept):
     intent_hash = _intent(client, kept)
     new = _verify(client, kept, intent_hash, scale_response(new_secret, intent_hash))
     assert new.get_json()["cleared"] is True
-
-
-@pytest.fixture
-def admin_headers(runner, leak_watch):
-    admin = json.loads(runner.invoke(args=["admin-keys", "create", "--name", "ops",
-                                           "--json"]).stdout)
-    leak_watch.add(admin["api_key"], admin["signing_secret"])
-    return {"X-Service-Key": admin["api_key"]}
 
 
 def test_a_revoked_signing_key_counts_at_once(client, kept, admin_headers):
@@ -199,13 +192,6 @@ def test_a_plan_used_up_refuses_a_kept_principal(client, kept):
     for _ in range(2):
         assert_envelope(_generate(client, kept), 429, "monthly verification limit reached")
         assert _kept(kept) is not None
-
-
-def _revoke_default_key(client, tenant):
-    with client.application.app_context(), unit_of_work():
-        keys.create_key(tenant.tenant_id, name="next")
-        (key_id,) = [row.id for row in keys.list_keys(tenant.tenant_id) if row.name == "default"]
-        keys.revoke_key(tenant.tenant_id, key_id)
 
 
 def test_every_refusal_of_a_kept_principal_is_the_databases(client, kept):

@@ -23,14 +23,6 @@ def _as(tenant, api_key):
     return Credentials(tenant.tenant_id, tenant.email, api_key, tenant.signing_secret)
 
 
-@pytest.fixture
-def admin_headers(runner, leak_watch):
-    admin = json.loads(runner.invoke(args=["admin-keys", "create", "--name", "ops",
-                                           "--json"]).stdout)
-    leak_watch.add(admin["api_key"], admin["signing_secret"])
-    return {"X-Service-Key": admin["api_key"]}
-
-
 def _scoped(client, tenant, leak_watch, scopes):
     created = _new_key(client, tenant.headers, scopes=scopes)
     assert created.status_code == 201, created.get_data(as_text=True)

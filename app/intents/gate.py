@@ -199,8 +199,9 @@ VERIFY_FUNCTION = database.Procedure(
                ("skew", "bigint"), ("tenant_id", "integer"), ("period", "text"), ("day", "text"),
                ("plan_limit", "bigint"), ("event_id", "text"), ("digest", "text"),
                ("fingerprint", "text")],
-    variables=[("current", "text"), ("public_keys", "boolean"), ("usage_count", "bigint"), ("consumed_id", "bigint"),
-               ("recorded_match_id", "text"), ("issued_at", "bigint"), ("expires_at", "bigint"),
+    variables=[("current", "text"), ("public_keys", "boolean"), ("usage_count", "bigint"),
+               ("consumed_id", "bigint"), ("recorded_match_id", "text"), ("issued_at", "bigint"),
+               ("expires_at", "bigint"),
                ("sighting", "bigint"), ("first_sighting", "boolean"), ("reason", "text")],
     returns=[("reason", "text"), ("usage_count", "bigint"), ("stale", "boolean")],
 )

@@ -61,14 +61,7 @@ def init_app(app):
 
 def get(digest):
     """The principal's row kept for `digest` (with its fingerprint), or None."""
-    client = _client()
-    if client is None:
-        return None
-    try:
-        stored = client.get(PREFIX + digest)
-    except redis.RedisError as exc:
-        _unavailable(exc)
-        return None
+    stored = _command("get", PREFIX + digest)
     if stored is None:
         return None
     if isinstance(stored, str):  # a client made with decode_responses
@@ -85,27 +78,17 @@ def get(digest):
 
 def put(tenant):
     """Keep what a fresh lookup read."""
-    client = _client()
-    if client is None or tenant.fingerprint is None:
+    if tenant.fingerprint is None:
         return
     fields = {name: value for name, value in tenant._asdict().items() if name not in _NOT_KEPT}
     text = json.dumps(fields, separators=(",", ":")).encode("utf-8")
     digest = tenant.key_digest
-    try:
-        client.set(PREFIX + digest, _mac(digest, text).encode("ascii") + b" " + text,
-                   ex=TTL_SECONDS)
-    except redis.RedisError as exc:
-        _unavailable(exc)
+    _command("set", PREFIX + digest, _mac(digest, text).encode("ascii") + b" " + text,
+             ex=TTL_SECONDS)
 
 
 def forget(digest):
-    client = _client()
-    if client is None:
-        return
-    try:
-        client.delete(PREFIX + digest)
-    except redis.RedisError as exc:
-        _unavailable(exc)
+    _command("delete", PREFIX + digest)
 
 
 @lru_cache(maxsize=1)
@@ -113,19 +96,21 @@ def _kept_fields():
     return {name for name, _ in keys.KEY_LOOKUP_FUNCTION.returns} - set(_NOT_KEPT)
 
 
-def _client():
+def _command(name, *args, **options):
+    """The client's command `name`'s answer; None when the cache is off, the limiter's breaker
+    is open or Redis fails (the lookup answers instead)."""
     if not current_app.extensions.get("key_cache") or limiter.limiter.broken:
         return None
-    return limiter.storage.get_connection()
-
-
-def _unavailable(exc):
-    # The lookup answers instead. When the store did not answer, the limiter's breaker opens
-    # for a second, so this worker waits for it once a second in all, not once here and once
-    # for the bucket; an error the store answered (a refused command) concerns these keys only.
-    log.warning("principal cache unavailable", extra={"failure": type(exc).__name__})
-    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
-        limiter.limiter.trip()
+    try:
+        return getattr(limiter.storage.get_connection(), name)(*args, **options)
+    except redis.RedisError as exc:
+        # When the store did not answer, the limiter's breaker opens for a second, so this
+        # worker waits for it once a second in all, not once here and once for the bucket; an
+        # error the store answered (a refused command) concerns these keys only.
+        log.warning("principal cache unavailable", extra={"failure": type(exc).__name__})
+        if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+            limiter.limiter.trip()
+        return None
 
 
 def _mac(digest, text):

@@ -7,7 +7,6 @@ import secrets
 
 from sqlalchemy import (String, Text, bindparam, case, cast, func, literal, or_, select, tuple_,
                         update)
-
 from sqlalchemy.dialects.postgresql import aggregate_order_by
 
 from app import crypto, database
