@@ -43,9 +43,10 @@ ACCOUNT_TEXTS = ("Missing X-Service-Key header", "Invalid or inactive API key")
 
 @dataclass(frozen=True)
 class Principal:
-    """Who is calling: a tenant (with its usage this month) or an admin key. `account` is the
-    row read once for the request: the tenant with the calling key's id and prefix, or the
-    admin key. `scopes`: what the key may do; an admin key is an operator and holds all."""
+    """Who is calling: a tenant (with its count against a limited plan this month, which
+    metering.refuse_if_over_plan reads) or an admin key. `account` is the row read once for
+    the request: the tenant with the calling key's id and prefix, or the admin key. `scopes`:
+    what the key may do; an admin key is an operator and holds all."""
 
     kind: str
     id: int

@@ -31,7 +31,7 @@ def main():
     # Database time per statement kind, at the DBAPI cursor the request path runs on.
     def kind(statement):
         sql = statement.sql.lstrip()
-        return ("db: verify statement" if "intentgate_verify" in sql or sql.startswith("WITH") else
+        return ("db: verify statement" if "intentgate_verif" in sql or sql.startswith("WITH") else
                 "db: key lookup" if "tenant_by_key_digest" in sql else
                 "db: health select" if " FROM " not in sql.upper() else "db: other")
 

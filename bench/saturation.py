@@ -48,7 +48,7 @@ ISSUE = ("INSERT INTO intents (owner, intent_hash, intent_class, issued_at, expi
          "VALUES ('tenant::tenant', 'sha256:' || md5(random()::text) || md5(random()::text), "
          "'other', :now, :now + 3600) RETURNING intent_hash \\gset\n")
 # The principal's digest and fingerprint (kept) or NULL, NULL (just looked up).
-VERIFY = ("SELECT * FROM intentgate_verify(:now, ':intent_hash', 'tenant::tenant', "
+VERIFY = ("SELECT * FROM intentgate_verification_gate(:now, ':intent_hash', 'tenant::tenant', "
           "md5(random()::text), true, :now, 60, :tenant, ':period', ':day', NULL, "
           "'evt_' || md5(random()::text), {principal});\n")
 LOOKED_UP, KEPT = "NULL, NULL", "':digest', ':fingerprint'"

@@ -9,9 +9,8 @@ from sqlalchemy import event
 
 from app import create_app, crypto
 from app.admin.models import AdminKey
-from app.clock import billing_period
 from app.extensions import db
-from app.tenants.models import MonthlyUsage
+from tests.support import set_usage
 
 
 def _invoke(runner, *args):
@@ -84,10 +83,7 @@ def test_list_show_set_plan_and_usage(app, runner):
     assert "cli@example.com\tfree\tactive" in _invoke(runner, "tenants", "list").output
     result = _invoke(runner, "tenants", "set-plan", "cli@example.com", "pro")
     assert result.exit_code == 0 and json.loads(result.stdout)["plan"] == "pro"
-    with app.app_context():
-        db.session.add(MonthlyUsage(tenant_id=created["tenant_id"], period=billing_period(),
-                                    usage_count=5))
-        db.session.commit()
+    set_usage(app, created["tenant_id"], 5)
     usage = json.loads(_invoke(runner, "tenants", "usage", str(created["tenant_id"])).stdout)
     assert usage == {"email": "cli@example.com", "plan": "pro", "usage_count": 5,
                      "rate_limit": 500_000, "remaining": 499_995}

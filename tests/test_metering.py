@@ -2,13 +2,12 @@
 import time_machine
 from sqlalchemy import func, select
 
-from app.clock import billing_period
 from app.extensions import db
 from app.intents.models import IdempotencyRecord, Intent
 from app.tenants import service as tenant_service
 from app.tenants.models import MonthlyUsage
 from app.sql import unit_of_work
-from tests.support import assert_envelope, scale_response
+from tests.support import assert_envelope, scale_response, set_usage
 
 T0 = 1_800_000_000  # 2027-01-15
 
@@ -22,13 +21,6 @@ def _verify(client, credentials, intent_hash, response=None, headers=None):
     response = response or scale_response(credentials.signing_secret, intent_hash)
     return client.post("/v1/intent/verify", headers={**credentials.headers, **(headers or {})},
                        json={"original_intent_hash": intent_hash, "response": response})
-
-
-def _set_usage(app, tenant_id, count):
-    with app.app_context():
-        db.session.merge(MonthlyUsage(tenant_id=tenant_id, period=billing_period(),
-                                      usage_count=count))
-        db.session.commit()
 
 
 def _usage(client, credentials):
@@ -47,7 +39,7 @@ def test_every_verify_counts_cleared_or_blocked(client, tenant):
 def test_the_limit_gives_429_and_usage_keeps_answering(client, make_tenant):
     tenant = make_tenant("free")
     intent_hash = _generate(client, tenant).get_json()["intent_hash"]
-    _set_usage(client.application, tenant.tenant_id, 999)
+    set_usage(client.application, tenant.tenant_id, 999)
     assert _verify(client, tenant, intent_hash).get_json()["cleared"] is True
     second = _generate(client, tenant)
     body = assert_envelope(second, 429, "monthly verification limit reached")
@@ -61,7 +53,7 @@ def test_the_limit_gives_429_and_usage_keeps_answering(client, make_tenant):
 def test_a_refused_verify_consumes_nothing(client, make_tenant):
     tenant = make_tenant("free")
     intent_hash = _generate(client, tenant).get_json()["intent_hash"]
-    _set_usage(client.application, tenant.tenant_id, 1000)
+    set_usage(client.application, tenant.tenant_id, 1000)
     assert _verify(client, tenant, intent_hash).status_code == 429
     with client.application.app_context():
         assert db.session.execute(select(Intent.consumed_at)).scalar_one() is None
@@ -73,7 +65,7 @@ def test_a_refused_verify_consumes_nothing(client, make_tenant):
 
 def test_raising_the_plan_lifts_the_limit_at_once(client, make_tenant):
     tenant = make_tenant("free")
-    _set_usage(client.application, tenant.tenant_id, 1000)
+    set_usage(client.application, tenant.tenant_id, 1000)
     assert _generate(client, tenant).status_code == 429
     with client.application.app_context(), unit_of_work():
         tenant_service.update_tenant(tenant.tenant_id, plan="pro")
@@ -83,7 +75,7 @@ def test_raising_the_plan_lifts_the_limit_at_once(client, make_tenant):
 def test_a_new_month_starts_at_zero(client, make_tenant):
     tenant = make_tenant("free")
     with time_machine.travel("2027-01-31T23:59:50Z", tick=False):
-        _set_usage(client.application, tenant.tenant_id, 1000)
+        set_usage(client.application, tenant.tenant_id, 1000)
         assert _generate(client, tenant).status_code == 429
     with time_machine.travel("2027-02-01T00:00:05Z", tick=False):
         intent_hash = _generate(client, tenant).get_json()["intent_hash"]
@@ -93,7 +85,7 @@ def test_a_new_month_starts_at_zero(client, make_tenant):
 
 def test_enterprise_counts_without_a_limit(client, make_tenant):
     tenant = make_tenant("enterprise")
-    _set_usage(client.application, tenant.tenant_id, 10_000_000)
+    set_usage(client.application, tenant.tenant_id, 10_000_000)
     intent_hash = _generate(client, tenant).get_json()["intent_hash"]
     assert _verify(client, tenant, intent_hash).get_json()["cleared"] is True
     assert _usage(client, tenant)["usage_count"] == 10_000_001
@@ -157,7 +149,7 @@ def test_bad_idempotency_keys(client, tenant):
 
 def test_count_never_passes_the_limit(client, make_tenant):
     tenant = make_tenant("free")
-    _set_usage(client.application, tenant.tenant_id, 998)
+    set_usage(client.application, tenant.tenant_id, 998)
     hashes = [_generate(client, tenant).get_json()["intent_hash"] for _ in range(4)]
     statuses = [_verify(client, tenant, h).status_code for h in hashes]
     assert statuses == [200, 200, 429, 429]

@@ -342,7 +342,7 @@ def test_counters_become_shard_0_and_the_downgrade_merges_the_shards(base_settin
         run("INSERT INTO monthly_usage (tenant_id, period, usage_count)"
             " VALUES (:tenant, :period, 7)", period=billing_period())
         run(f"INSERT INTO daily_usage ({DAILY_COLUMNS})"
-            " VALUES (:tenant, '2026-11-01', 7, 5, 2, 0, 0, 0, 0, 0)")
+            " VALUES (:tenant, :day, 7, 5, 2, 0, 0, 0, 0, 0)", day=f"{billing_period()}-01")
         db.session.commit()
         upgrade()
         assert rows("SELECT shard, usage_count FROM monthly_usage") == [(0, 7)]
@@ -352,20 +352,75 @@ def test_counters_become_shard_0_and_the_downgrade_merges_the_shards(base_settin
             " VALUES (:tenant, :period, 3, 4), (:tenant, :period, 12, 1)",
             period=billing_period())
         run(f"INSERT INTO daily_usage ({DAILY_COLUMNS}, shard)"
-            " VALUES (:tenant, '2026-11-01', 4, 4, 0, 0, 0, 0, 0, 0, 3),"
-            " (:tenant, '2026-11-02', 1, 0, 0, 0, 0, 1, 0, 0, 12)")
+            " VALUES (:tenant, :first, 4, 4, 0, 0, 0, 0, 0, 0, 3),"
+            " (:tenant, :second, 1, 0, 0, 0, 0, 1, 0, 0, 12)",
+            first=f"{billing_period()}-01", second=f"{billing_period()}-02")
         db.session.commit()
         downgrade(revision=BEFORE_COUNTER_SHARDS)
         assert "shard" not in {column["name"] for column in
                                inspect(db.engine).get_columns("monthly_usage")}
         assert rows("SELECT period, usage_count FROM monthly_usage") == [(billing_period(), 12)]
         assert rows("SELECT day, verifications, cleared, unknown_intent, invalid_signature"
-                    " FROM daily_usage ORDER BY day") == [("2026-11-01", 11, 9, 2, 0),
-                                                          ("2026-11-02", 1, 0, 0, 1)]
+                    " FROM daily_usage ORDER BY day") == [
+                                                          (f"{billing_period()}-01", 11, 9, 2, 0),
+                                                          (f"{billing_period()}-02", 1, 0, 0, 1)]
         if TEST_DATABASE_URL:  # the previous gate is back, counting on the one row
             assert rows("SELECT reason, usage_count FROM intentgate_verify(5, 'sha256:none',"
                         " 'tenant:1', 'm', true, 5, 60, :tenant, :period, '2026-11-02', 1000,"
                         " 'evt')", period=billing_period()) == [("UnknownIntent", 13)]
+        db.session.commit()
+        db.session.remove()
+        db.engine.dispose()
+    app.extensions["database"].engine.dispose()
+
+
+BEFORE_MONTHS_FROM_DAYS = "0c2e4f6a8b13"
+
+
+def test_a_month_is_read_from_its_days_and_the_downgrade_counts_them_on_the_month(
+        base_settings, empty_database_url):
+    """Up: what a month counted before it counted days goes to its day 00. Down: what its days
+    counted alone (an unlimited plan's verifications since) goes to its monthly_usage."""
+    app = create_app({**base_settings, "SQLALCHEMY_DATABASE_URI": empty_database_url})
+    period = billing_period()
+
+    def run(sql, **params):
+        return db.session.execute(text(sql), {"tenant": tenant_id, "period": period, **params})
+
+    def rows(sql, **params):
+        return run(sql, **params).all()
+
+    def gate_exists():
+        return bool(rows("SELECT 1 FROM pg_proc WHERE proname = 'intentgate_verification_gate'"))
+
+    with app.app_context():
+        upgrade(revision=BEFORE_MONTHS_FROM_DAYS)
+        tenant_id = _old_tenant("days@example.com")
+        # 7 counted this month, 5 of them on its days (2 before days were counted).
+        run("INSERT INTO monthly_usage (tenant_id, period, shard, usage_count)"
+            " VALUES (:tenant, :period, 0, 4), (:tenant, :period, 9, 3)")
+        run(f"INSERT INTO daily_usage ({DAILY_COLUMNS}, shard)"
+            " VALUES (:tenant, :day, 5, 5, 0, 0, 0, 0, 0, 0, 9)", day=f"{period}-01")
+        db.session.commit()
+        upgrade()
+        assert rows("SELECT day, shard, verifications FROM daily_usage ORDER BY day") == [
+            (f"{period}-00", 0, 2), (f"{period}-01", 9, 5)]
+        if TEST_DATABASE_URL:
+            assert gate_exists()
+        # An unlimited plan's 6 verifications since, on their days alone.
+        run(f"INSERT INTO daily_usage ({DAILY_COLUMNS}, shard)"
+            " VALUES (:tenant, :day, 6, 6, 0, 0, 0, 0, 0, 0, 4)", day=f"{period}-02")
+        db.session.commit()
+        downgrade(revision=BEFORE_MONTHS_FROM_DAYS)
+        assert rows("SELECT shard, usage_count FROM monthly_usage ORDER BY shard") == [
+            (0, 4), (1, 6), (9, 3)]
+        if TEST_DATABASE_URL:
+            assert not gate_exists()
+        # And up again: the month and its days agree, nothing is carried twice.
+        db.session.commit()
+        upgrade()
+        assert rows("SELECT sum(verifications) FROM daily_usage") == [(13,)]
+        assert rows("SELECT sum(usage_count) FROM monthly_usage") == [(13,)]
         db.session.commit()
         db.session.remove()
         db.engine.dispose()

@@ -6,10 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from app.clock import billing_period
-from app.extensions import db
-from app.tenants.models import MonthlyUsage
-from tests.support import scale_response
+from tests.support import scale_response, set_usage
 
 ROOMY = {"AUTH_FAILURE_LIMIT": "1000 per minute", "RATE_LIMIT_CAPACITY": 1000}
 
@@ -69,11 +66,7 @@ def test_concurrent_verifies_at_the_plan_limit_count_exactly(app, gunicorn, make
     server = gunicorn(workers=4, **ROOMY)
     tenant = make_tenant("free")
     hashes = [_generate(server, tenant) for _ in range(30)]
-    with app.app_context():
-        db.session.add_all(MonthlyUsage(tenant_id=tenant.tenant_id, period=billing_period(),
-                                        shard=shard, usage_count=count)
-                           for shard, count in earlier.items())
-        db.session.commit()
+    set_usage(app, tenant.tenant_id, earlier)
     results = _all_at_once(30, lambda i: _verify(
         server, tenant, hashes[i], scale_response(tenant.signing_secret, hashes[i])))
     statuses = sorted(r.status_code for r in results)

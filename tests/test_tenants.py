@@ -7,17 +7,11 @@ from sqlalchemy import select
 
 from app.extensions import db
 from app.tenants import service
-from app.tenants.models import ApiKey, MonthlyUsage
+from app.tenants.models import ApiKey
 from app.sql import unit_of_work
-from tests.support import assert_envelope
+from tests.support import assert_envelope, set_usage
 
 ACCOUNT_ENDPOINTS = [("get", "/v1/tenant/usage"), ("post", "/v1/tenant/rotate-key")]
-
-
-def _set_usage(app, tenant_id, count, period="2026-11"):
-    with app.app_context():
-        db.session.merge(MonthlyUsage(tenant_id=tenant_id, period=period, usage_count=count))
-        db.session.commit()
 
 
 @pytest.mark.parametrize("method, path", ACCOUNT_ENDPOINTS)
@@ -36,7 +30,7 @@ def test_unknown_key_is_401_with_the_account_text(client, method, path, key):
 
 def test_usage_reports_the_plan_and_counts(client, make_tenant):
     tenant = make_tenant("starter")
-    _set_usage(client.application, tenant.tenant_id, 1234, period=_period())
+    set_usage(client.application, tenant.tenant_id, 1234, period=_period())
     response = client.get("/v1/tenant/usage", headers=tenant.headers)
     assert response.status_code == 200
     assert response.get_json() == {
@@ -54,7 +48,7 @@ def test_usage_limits_follow_the_plan(client, make_tenant, plan, limit):
 
 def test_enterprise_usage_is_unlimited(client, make_tenant):
     tenant = make_tenant("enterprise")
-    _set_usage(client.application, tenant.tenant_id, 7, period=_period())
+    set_usage(client.application, tenant.tenant_id, 7, period=_period())
     body = client.get("/v1/tenant/usage", headers=tenant.headers).get_json()
     assert body["usage_count"] == 7
     assert body["rate_limit"] is None and body["remaining"] is None
@@ -63,7 +57,7 @@ def test_enterprise_usage_is_unlimited(client, make_tenant):
 def test_usage_starts_at_zero_when_the_month_turns(client, make_tenant):
     with time_machine.travel("2026-11-30T23:59:00Z", tick=False):
         tenant = make_tenant("free")
-        _set_usage(client.application, tenant.tenant_id, 900, period="2026-11")
+        set_usage(client.application, tenant.tenant_id, 900, period="2026-11")
         assert client.get("/v1/tenant/usage", headers=tenant.headers).get_json()["usage_count"] == 900
     with time_machine.travel("2026-12-01T00:00:30Z", tick=False):
         body = client.get("/v1/tenant/usage", headers=tenant.headers).get_json()

@@ -2,8 +2,9 @@
 
 CONTRACT.md's checks are written once, in order, as SQL conditions (`_checks`); the first that
 holds is the block reason. The steps are SQLAlchemy Core statements, also written once: count
-the verification (never past the plan), consume the intent, record the match_id when every
-other check passed, name the reason, count the outcome for the day. PostgreSQL runs them in a
+the verification against a limited plan (never past it), consume the intent, record the
+match_id when every other check passed, name the reason, count the outcome for the day (the
+month's usage_count is the sum of its days: app.tenants.metering). PostgreSQL runs them in a
 PL/pgSQL function (one round trip, atomic, self-committing); SQLite runs the same statements
 under the same conditions from Python, inside one BEGIN IMMEDIATE transaction.
 
@@ -16,6 +17,7 @@ PostgreSQL makes it a HOT update: no index entry, the least WAL (deploy/README: 
 """
 import json
 import logging
+from datetime import datetime, timezone
 
 from flask import current_app
 from intentgate.signing import MAX_SAFE_INTEGER
@@ -67,7 +69,8 @@ def verify(principal, original_intent_hash, response):
     # A tenant's verification is counted against its plan; an admin key's is not.
     params.update(tenant_id=None, period=None, day=None, plan_limit=None, event_id=None)
     if principal.kind == "tenant":
-        params.update(tenant_id=principal.id, period=billing_period(), day=utc_day(),
+        today = datetime.fromtimestamp(now, timezone.utc)  # the day is of the month counted
+        params.update(tenant_id=principal.id, period=billing_period(today), day=utc_day(today),
                       plan_limit=monthly_limit(principal.tenant.plan),
                       event_id=events.new_event_id())
     if database.current().composes_writes:
@@ -137,12 +140,13 @@ def _reason():
 
 
 # The steps, in order, once per dialect: the same statements under the same conditions.
-# - count the verification for the month (metered: a tenant's key); if a limited plan is used
-#   up, stop: nothing is consumed or counted, and the answer is the 429;
+# - count the verification against a limited plan for the month; if the plan is used up,
+#   stop: nothing is consumed or counted, and the answer is the 429;
 # - raise the usage.threshold events that count crosses (a limited plan only);
 # - consume the intent; if it was not consumed (unknown or used), read it as it is;
 # - record the match_id the consume noted, if it noted one: a first sighting if new;
-# - name the reason, and count the verification by outcome for the day (metered).
+# - name the reason, and count the verification by outcome for the day (metered: a tenant's
+#   key; the month's usage_count is the sum of its days).
 # Atomicity is the database's: the conditional UPDATE consumes an intent at most once however
 # many workers race for it, the seen_responses key catches a replayed match_id, and the usage
 # upsert never passes the plan limit; one transaction holds all the steps.
@@ -150,16 +154,12 @@ def _reason():
 # PostgreSQL: one function, one round trip, its own transaction (or the caller's).
 def _verify_steps(sql):
     return f"""{_confirm_principal(sql)}
-IF p_tenant_id IS NOT NULL THEN
-  IF p_plan_limit IS NULL THEN
-    {sql(metering.count_statement())};
-  ELSE
-    {sql(metering.count_within_plan_statement())} INTO p_usage_count;
-    IF p_usage_count IS NULL THEN
-      RETURN;
-    END IF;
-    {sql(events.threshold_statement())};
+IF p_plan_limit IS NOT NULL THEN
+  {sql(metering.count_within_plan_statement())} INTO p_usage_count;
+  IF p_usage_count IS NULL THEN
+    RETURN;
   END IF;
+  {sql(events.threshold_statement())};
 END IF;
 {sql(_consume())} INTO p_consumed_id, p_recorded_match_id, p_issued_at, p_expires_at;
 IF p_consumed_id IS NULL THEN
@@ -191,9 +191,11 @@ END IF;"""
 
 # Every verify runs it (tenant_id NULL: an admin key's, not metered), as a function PostgreSQL
 # plans once per connection. It answers the reason and, for a limited plan, the month's new
-# usage_count; no row when that plan is used up; `stale` when the principal no longer matches.
+# count against it; no row when that plan is used up; `stale` when the principal no longer
+# matches. Named anew when an unlimited plan stopped counting on monthly_usage: workers of the
+# previous release, during a rolling restart, still call intentgate_verify, which does.
 VERIFY_FUNCTION = database.Procedure(
-    "intentgate_verify", _verify_steps,
+    "intentgate_verification_gate", _verify_steps,
     arguments=[("now", "bigint"), ("intent_hash", "text"), ("owner", "text"),
                ("match_id", "text"), ("signature_ok", "boolean"), ("timestamp", "bigint"),
                ("skew", "bigint"), ("tenant_id", "integer"), ("period", "text"), ("day", "text"),
@@ -218,9 +220,7 @@ def _in_one_call(params):
 
 # SQLite: the same steps from Python, inside the view's BEGIN IMMEDIATE transaction.
 def _step_by_step(params):
-    if params["tenant_id"] is not None and params["plan_limit"] is None:
-        database.execute("count", metering.count_statement, params)
-    elif params["tenant_id"] is not None:
+    if params["plan_limit"] is not None:
         counted = database.first("count_within_plan", metering.count_within_plan_statement,
                                  params)
         if counted is None:

@@ -235,7 +235,8 @@ KEY_LOOKUP_FUNCTION = database.Function(
 
 def find_by_key_digest(digest):
     """The tenant holding this active key digest, with the key's id and prefix, this month's
-    usage_count and its active signing keys (request path: one statement)."""
+    count against a limited plan (usage_count) and its active signing keys (request path: one
+    statement)."""
     tenant = database.call(KEY_LOOKUP_FUNCTION,
                            {"digest": digest, "period": billing_period(), "now": now_seconds()})
     if tenant is None or not crypto.digests_match(tenant.key_digest, digest):

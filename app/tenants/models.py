@@ -70,9 +70,10 @@ class AuditEntry(db.Model):
 
 
 class DailyUsage(db.Model):
-    """Verifications per tenant and UTC day by outcome, counted in the gate's own transaction
-    together with monthly_usage, so a month's days add up to its usage_count. A day is the sum
-    of its shards (app.tenants.metering.SHARDS)."""
+    """Verifications per tenant and UTC day by outcome, counted in the gate's own transaction:
+    a month's usage_count is the sum of its days. A day is the sum of its shards
+    (app.tenants.metering.SHARDS); day 00 of a month ('YYYY-MM-00') holds what it counted
+    before days were counted, which no listing of days shows (migration f1a3c5e7b924)."""
 
     __tablename__ = "daily_usage"
 
@@ -116,8 +117,10 @@ class SigningKey(db.Model):
 
 
 class MonthlyUsage(db.Model):
-    """Verifications counted per tenant and calendar month (UTC): the month's usage_count is
-    the sum of its shards (app.tenants.metering.SHARDS); a limited plan counts on shard 0."""
+    """Verifications counted against a limited plan per tenant and calendar month (UTC): the
+    sum of its shards (app.tenants.metering.SHARDS). A limited plan counts on shard 0; the
+    other shards hold what the month counted before a move to a limited plan (and, before
+    migration f1a3c5e7b924, every plan's counts). The month's usage_count is its days'."""
 
     __tablename__ = "monthly_usage"
 

@@ -29,8 +29,7 @@ class RotateKeyRequestSchema(RequestSchema):
 @tenant_only
 def usage():
     """This month's usage against the plan"""
-    principal = g.principal
-    return service.usage(principal.tenant, principal.usage_count)
+    return service.usage(g.principal.tenant)
 
 
 @bp.post("/rotate-key")

@@ -87,6 +87,10 @@ def update_tenant(reference, plan=None, active=None, signature_scheme=None):
     if plan is not None and plan != tenant.plan:
         audit.record(tenant.id, "plan.changed", old=tenant.plan, new=plan)
         tenant.plan = plan
+        if monthly_limit(plan) is not None:
+            db.session.flush()  # the tenant's row first: its lock orders concurrent changes
+            db.session.execute(metering.fold_statement(),
+                               {"tenant_id": tenant.id, "period": billing_period()})
     if active is not None and active != tenant.active:
         audit.record(tenant.id, "tenant.activated" if active else "tenant.deactivated")
         tenant.active = active
@@ -118,14 +122,14 @@ def rotate_signing_secret(reference, grace_seconds=0):
 
 
 def current_usage_count(tenant_id):
+    """Every verification this month, whatever the plan was: the sum of its days."""
     return db.session.execute(
-        select(metering.month_total(tenant_id, billing_period()))).scalar_one()
+        select(metering.usage_count(tenant_id, billing_period()))).scalar_one()
 
 
-def usage(tenant, usage_count=None):
+def usage(tenant):
     """The usage object of SPEC.md for the current billing period."""
-    if usage_count is None:
-        usage_count = current_usage_count(tenant.id)
+    usage_count = current_usage_count(tenant.id)
     limit = monthly_limit(tenant.plan)
     return {
         "email": tenant.email,
