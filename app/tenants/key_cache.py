@@ -61,7 +61,7 @@ def init_app(app):
 
 def get(digest):
     """The principal's row kept for `digest` (with its fingerprint), or None."""
-    stored = _command("get", PREFIX + digest)
+    stored = _command("GET", PREFIX + digest)
     if stored is None:
         return None
     if isinstance(stored, str):  # a client made with decode_responses
@@ -83,12 +83,12 @@ def put(tenant):
     fields = {name: value for name, value in tenant._asdict().items() if name not in _NOT_KEPT}
     text = json.dumps(fields, separators=(",", ":")).encode("utf-8")
     digest = tenant.key_digest
-    _command("set", PREFIX + digest, _mac(digest, text).encode("ascii") + b" " + text,
-             ex=TTL_SECONDS)
+    _command("SET", PREFIX + digest, _mac(digest, text).encode("ascii") + b" " + text,
+             "EX", TTL_SECONDS)
 
 
 def forget(digest):
-    _command("delete", PREFIX + digest)
+    _command("DEL", PREFIX + digest)
 
 
 @lru_cache(maxsize=1)
@@ -96,20 +96,22 @@ def _kept_fields():
     return {name for name, _ in keys.KEY_LOOKUP_FUNCTION.returns} - set(_NOT_KEPT)
 
 
-def _command(name, *args, **options):
-    """The client's command `name`'s answer; None when the cache is off, the limiter's breaker
-    is open or Redis fails (the lookup answers instead)."""
-    if not current_app.extensions.get("key_cache") or limiter.limiter.broken:
+def _command(*command):
+    """The command's reply, on the connection the rate limits use (app.traffic.strategy); None
+    when the cache is off, the limiter's breaker is open or Redis fails (the lookup answers
+    instead)."""
+    strategy = limiter.limiter
+    if not current_app.extensions.get("key_cache") or strategy.broken:
         return None
     try:
-        return getattr(limiter.storage.get_connection(), name)(*args, **options)
+        return strategy.execute(*command)
     except redis.RedisError as exc:
         # When the store did not answer, the limiter's breaker opens for a second, so this
         # worker waits for it once a second in all, not once here and once for the bucket; an
         # error the store answered (a refused command) concerns these keys only.
         log.warning("principal cache unavailable", extra={"failure": type(exc).__name__})
         if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
-            limiter.limiter.trip()
+            strategy.trip()
         return None
 
 

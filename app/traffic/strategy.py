@@ -109,23 +109,24 @@ class _RedisTokens:
     def peek_tokens(self, key, capacity, rate):
         return float(self._run(PEEK_LUA, key, capacity, rate))
 
+    def execute(self, *command):
+        """Another caller's command, sent as the scripts are (a cluster client routes it by its
+        key): app.tenants.key_cache's GET, SET and DEL of a principal. Through redis-py's
+        client these were a pool checkout, a readiness poll and its bookkeeping each, more
+        Python than the command (bench/profile.py)."""
+        if self.cluster:
+            return self.storage.get_connection().execute_command(*command)
+        return _exchange(self._connection(), command)
+
     def _run(self, script, key, capacity, rate):
         key = self.storage.prefixed_key(key)
         if self.cluster:
             return self._cluster_scripts[script](keys=[key], args=[capacity, rate])
         connection = self._connection()
         try:
-            _send(connection, b"EVALSHA", _SHA1[script], 1, key, capacity, rate)
-            try:
-                return connection.read_response()
-            except NoScriptError:  # a Redis restarted or failed over: EVAL caches it again
-                _send(connection, b"EVAL", script, 1, key, capacity, rate)
-                return connection.read_response()
-        except ResponseError:
-            raise  # the reply was read whole: the connection is fine
-        except BaseException:
-            connection.disconnect()  # a reply may be left unread: never reuse it
-            raise
+            return _exchange(connection, (b"EVALSHA", _SHA1[script], 1, key, capacity, rate))
+        except NoScriptError:  # a Redis restarted or failed over: EVAL caches it again
+            return _exchange(connection, (b"EVAL", script, 1, key, capacity, rate))
 
     def _connection(self):
         """This thread's connection, connected and checked as the pool does when it hands one
@@ -154,9 +155,17 @@ class _RedisTokens:
 _SHA1 = {script: hashlib.sha1(script.encode()).hexdigest() for script in (TAKE_LUA, PEEK_LUA)}
 
 
-def _send(connection, *command):
-    # Packed by hiredis itself, as redis-py's send_command would, without its Python wrapper.
-    connection.send_packed_command([hiredis.pack_command(command)])
+def _exchange(connection, command):
+    """Send `command` and read its reply. Packed by hiredis itself, as redis-py's send_command
+    would, without its Python wrapper."""
+    try:
+        connection.send_packed_command([hiredis.pack_command(command)])
+        return connection.read_response()
+    except ResponseError:
+        raise  # the reply was read whole: the connection is fine
+    except BaseException:
+        connection.disconnect()  # a reply may be left unread: never reuse it
+        raise
 
 
 def _check(connection):
@@ -231,6 +240,11 @@ class TokenBucketRateLimiter(RateLimiter):
         """Whether a breaker is open: the store (or a cluster master) failed within a second."""
         now = time.monotonic()
         return any(now < until for until in list(self._broken_until.values()))
+
+    def execute(self, *command):
+        """A command of another caller of the store (app.tenants.key_cache) on the connection
+        the buckets use; Redis only."""
+        return self.tokens.execute(*command)
 
     def trip(self):
         """Open the breaker for a second on behalf of another caller of the store that it failed
