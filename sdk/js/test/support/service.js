@@ -65,14 +65,9 @@ class Service {
   async setUsage(tenantId, count) {
     await this.#python(['-c', [
       'import sys',
-      'from app.clock import billing_period',
-      'from app.extensions import db',
-      'from app.tenants.models import MonthlyUsage',
+      'from tests.support import set_usage',
       'from wsgi import app',
-      'with app.app_context():',
-      '    db.session.merge(MonthlyUsage(tenant_id=int(sys.argv[1]), period=billing_period(),',
-      '                                  usage_count=int(sys.argv[2])))',
-      '    db.session.commit()',
+      'set_usage(app, int(sys.argv[1]), int(sys.argv[2]))',
     ].join('\n'), String(tenantId), String(count)]);
   }
 
