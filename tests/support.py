@@ -72,16 +72,21 @@ def set_usage(app, tenant_id, counted, period=None):
     from app.clock import billing_period
     from app.extensions import db
     from app.sql import unit_of_work
-    from app.tenants.models import DailyUsage, MonthlyUsage
+    from app.tenants.models import MonthlyUsage
 
     period = period or billing_period()
     shards = counted if isinstance(counted, dict) else {0: counted}
-    total = sum(shards.values())
     with app.app_context(), unit_of_work():
         for shard, count in shards.items():
             db.session.merge(MonthlyUsage(tenant_id=tenant_id, period=period, shard=shard,
                                           usage_count=count))
-        db.session.merge(DailyUsage(
-            tenant_id=tenant_id, day=f"{period}-00", shard=0, verifications=total,
-            cleared=total, unknown_intent=0, expired_intent=0, replayed_intent=0,
-            invalid_signature=0, timestamp_out_of_window=0, replayed_response=0))
+        db.session.merge(cleared_day(tenant_id, f"{period}-00", 0, sum(shards.values())))
+
+
+def cleared_day(tenant_id, day, shard, count):
+    """A daily_usage row of `count` verifications on `day`'s `shard`, all cleared."""
+    from app.tenants.models import DailyUsage
+
+    return DailyUsage(tenant_id=tenant_id, day=day, shard=shard, verifications=count,
+                      cleared=count, unknown_intent=0, expired_intent=0, replayed_intent=0,
+                      invalid_signature=0, timestamp_out_of_window=0, replayed_response=0)

@@ -13,7 +13,7 @@ from app.extensions import db
 from app.tenants.models import DailyUsage, MonthlyUsage
 from app.sql import unit_of_work
 from tests.conftest import TEST_DATABASE_URL
-from tests.support import assert_envelope, scale_response
+from tests.support import assert_envelope, cleared_day, scale_response
 
 T0 = 1_800_000_000  # 2027-01-15
 
@@ -41,11 +41,8 @@ def _shards(app, count, tenant_id):
 def _days(app, tenant_id, counts):
     """Verifications counted on today's day rows, `counts` {shard: verifications}, all cleared."""
     with app.app_context(), unit_of_work():
-        db.session.add_all(DailyUsage(
-            tenant_id=tenant_id, day=utc_day(), shard=shard, verifications=count,
-            cleared=count, unknown_intent=0, expired_intent=0, replayed_intent=0,
-            invalid_signature=0, timestamp_out_of_window=0, replayed_response=0)
-            for shard, count in counts.items())
+        db.session.add_all(cleared_day(tenant_id, utc_day(), shard, count)
+                           for shard, count in counts.items())
 
 
 def _usage(client, tenant):
