@@ -50,10 +50,12 @@ def child(route, requests, measure, without):
     def start_response(status, _headers, _exc_info=None):
         answered.append(status)
 
-    for environ in environs[:count if measure else WARM_UP]:
-        b"".join(app.wsgi_app(environ, start_response))
+    answers = [b"".join(app.wsgi_app(environ, start_response))
+               for environ in environs[:count if measure else WARM_UP]]
     if route == "verify":
-        assert answered == ["200 OK"] * len(answered), answered[:3]
+        # A blocked verify is a 200 too: every one must have cleared. Read off the bytes (the
+        # service's sorted, compact JSON) rather than decoded, which would be counted too.
+        assert all(answer.startswith(b'{"cleared":true,') for answer in answers), answers[:3]
     else:
         assert all(status[:3] in ("200", "201") for status in answered), answered[:3]
 
