@@ -10,7 +10,7 @@ import requests
 import rfc8785
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from intentgate.signing import IntegerOutOfRange, ScaleResponse
+from intentgate.signing import IntegerOutOfRange, ScaleResponse, jcs_number
 
 from tests.support import assert_envelope, scale_response
 
@@ -140,8 +140,10 @@ def test_floats_clear_as_the_doubles_that_were_signed(client, tenant):
                    '"zero": -0.0, "max": 1.7976931348623157e308, "tiny": 4.9e-324, "whole": 3.00}'})
     verdict = _post(client, "/v1/intent/verify", tenant, body)
     assert verdict.status_code == 200
-    returned = verdict.get_json()["payload"]
+    # JCS text (CONTRACT.md), read as RFC 8785 reads it: "big" is spelled 12345678901234567000.
+    returned = json.loads(verdict.get_data(), parse_int=jcs_number)["payload"]
     assert returned == signed_payload
+    assert rfc8785.dumps(signed_payload) in verdict.get_data()
     assert rfc8785.dumps(returned) == rfc8785.dumps(signed_payload)
     # In the form that was signed (CONTRACT.md): JCS writes -0.0 as 0 and 3.0 as 3.
     assert math.copysign(1, returned["zero"]) == 1.0
@@ -609,8 +611,10 @@ def test_a_cleared_payload_is_the_value_that_was_signed(client, tenant, leak_wat
         verdict = client.post("/v1/intent/verify", headers=tenant.headers,
                               json={"original_intent_hash": intent_hash, "response": response})
         assert verdict.status_code == 200, verdict.get_data(as_text=True)
-        returned = verdict.get_json()
+        returned = json.loads(verdict.get_data(), parse_int=jcs_number)
         assert returned["cleared"] is True, returned
         assert rfc8785.dumps(returned["payload"]) == rfc8785.dumps(payload)
+        # ... and spelled as it was signed: the payload's JCS text itself, number for number.
+        assert rfc8785.dumps(payload) in verdict.get_data()
 
     check()

@@ -258,6 +258,12 @@ def _verify_as_sent(client, tenant, signed, sent, idempotency_key=None, intent_h
     ({"n": 0}, '{"n": -0.0}', '"payload":{"n":0}'),
     ({"n": 1}, '{"n": 1.0}', '"payload":{"n":1}'),
     ({"n": [1.5, 100]}, '{"n": [1.50, 1e2]}', '"payload":{"n":[1.5,100]}'),
+    # Numbers JCS spells otherwise than Python's float repr (1e+16, 1e-06, 1e-07, 1e+20).
+    ({"n": 1e16}, '{"n": 1e16}', '"payload":{"n":10000000000000000}'),
+    ({"n": [1e-6, 1e-7, 1.5e-5]}, '{"n": [1e-6, 1E-7, 0.000015]}',
+     '"payload":{"n":[0.000001,1e-7,0.000015]}'),
+    ({"n": 1e20}, '{"n": 1e20}', '"payload":{"n":100000000000000000000}'),
+    ({"n": 9007199254740992.0}, '{"n": 9007199254740993.0}', '"payload":{"n":9007199254740992}'),
 ])
 def test_a_cleared_payload_comes_back_as_it_was_signed(client, tenant, signed, sent, returned):
     _, text = _verify_as_sent(client, tenant, signed, sent)

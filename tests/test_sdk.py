@@ -5,6 +5,7 @@ import pytest
 
 from intentgate import (AuthenticationError, Blocked, Client, ScaleResponse, ValidationError)
 from intentgate.demo import run as run_demo
+from intentgate.signing import canonical_json
 
 
 @pytest.fixture
@@ -52,6 +53,18 @@ def test_client_round_trip_and_typed_errors(live):
     with pytest.raises(AuthenticationError) as refused:
         Client(server.url, old_key).usage()
     assert refused.value.message == "Invalid or inactive API key" and refused.value.request_id
+
+
+def test_client_reads_a_cleared_payload_as_the_doubles_that_were_signed(live):
+    """The gate answers JCS text, which spells a whole double beyond 2**53 as digits; the
+    client reads those as the doubles they are, so the payload is the one that was signed."""
+    server, created = live
+    client = Client(server.url, created["api_key"])
+    payload = {"big": 1e16, "odd": 1.2345678901234567e19, "tiny": 1e-7, "n": 3}
+    cleared = client.guard("sdk-user-token-3", lambda intent_hash: ScaleResponse.sign(
+        created["signing_secret"], intent_hash, payload))
+    assert cleared == payload and isinstance(cleared["odd"], float)
+    assert canonical_json(cleared) == canonical_json(payload)
 
 
 def test_client_self_service(live, leak_watch):

@@ -15,12 +15,10 @@ nothing and answers `stale` (StaleCredentials: app.auth runs the request on a fr
 The intent's one write (consumed_at, and the match_id it records) touches no indexed column, so
 PostgreSQL makes it a HOT update: no index entry, the least WAL (deploy/README: capacity).
 """
-import json
 import logging
 from datetime import datetime, timezone
 
 from flask import current_app
-from intentgate.signing import MAX_SAFE_INTEGER
 from sqlalchemy import and_, bindparam, case, literal, not_, select, true, update
 
 from app import crypto, database
@@ -37,19 +35,13 @@ log = logging.getLogger(__name__)
 
 
 def result(cleared, reason, payload):
-    """The verdict as answered. A cleared payload comes back in the form that was signed, its
-    JCS form (1.0 as 1, -0.0 as 0): never a value that differs from the signed one in type or
-    sign, which a client comparing or re-signing it would see."""
-    return {"cleared": cleared, "reason": reason,
-            "payload": json.loads(canonical_json(payload), parse_int=_jcs_number) if cleared
-            else None}
-
-
-def _jcs_number(text):
-    """JCS writes a whole double as digits: an integer within ±(2^53-1), a double beyond (it
-    was one when signed, and stays one: 1e19 is not the integer 10000000000000000000)."""
-    value = int(text)
-    return value if abs(value) <= MAX_SAFE_INTEGER else float(text)
+    """The verdict as answered, written as JCS (RFC 8785) text: a cleared payload comes back in
+    the form that was signed, its numbers spelled as JCS spells them (1.0 as 1, -0.0 as 0, 1e16
+    as 10000000000000000, 1e-6 as 0.000001), where a JSON encoder of Python's floats would write
+    1e+16 and 1e-06. The keys are sorted and the text compact, as every other answer's."""
+    verdict = {"cleared": cleared, "reason": reason, "payload": payload if cleared else None}
+    # flask-smorest returns a Response as it is: the schema documents this body, not writes it.
+    return current_app.response_class(canonical_json(verdict), mimetype="application/json")
 
 
 def verify(principal, original_intent_hash, response):

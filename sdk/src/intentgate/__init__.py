@@ -14,6 +14,7 @@ from intentgate.models import IntentSignature, KeyRotation, Usage, VerificationR
 from intentgate.signing import (
     ScaleResponse,
     UnsignablePayload,
+    jcs_number,
     sign_response,
     sign_response_ed25519,
     signing_message,
@@ -25,6 +26,6 @@ __all__ = [
     "IntentSignature", "InvalidSigningKey", "KeyRotation", "QuotaExceededError",
     "RateLimitError", "ScaleResponse", "ServiceError", "UnsignablePayload", "Usage",
     "ValidationError", "VerificationResult", "WebhookReceiver", "WebhookVerificationError",
-    "generate_ed25519_key_pair", "sign_response", "sign_response_ed25519", "signing_message",
-    "verify_webhook",
+    "generate_ed25519_key_pair", "jcs_number", "sign_response", "sign_response_ed25519",
+    "signing_message", "verify_webhook",
 ]

@@ -23,7 +23,7 @@ from intentgate.errors import (
     ValidationError,
 )
 from intentgate.models import IntentSignature, KeyRotation, Usage, VerificationResult
-from intentgate.signing import ScaleResponse
+from intentgate.signing import ScaleResponse, jcs_number
 
 QUOTA_TEXT = "monthly verification limit reached"
 
@@ -172,7 +172,7 @@ class Client:
     @staticmethod
     def _answer(http):
         try:
-            body = http.json()
+            body = http.json(parse_int=jcs_number)  # a cleared payload is JCS text
         except ValueError:
             body = {}
         if http.status_code < 400:

@@ -55,6 +55,16 @@ def canonical_json(value):
         raise IntegerOutOfRange(INTEGER_RANGE_MESSAGE) from None
 
 
+def jcs_number(text):
+    """An integer token of JSON the gate wrote, read as RFC 8785 reads it: JCS numbers are IEEE
+    doubles and spell a whole double as digits, so a token beyond +/-(2**53 - 1) is a double
+    (a cleared payload's 1e16 comes back as 10000000000000000), never an exact integer, which
+    would differ from the double that was signed and which canonical_json refuses.
+    `json.loads(text, parse_int=jcs_number)`."""
+    value = int(text)
+    return value if abs(value) <= MAX_SAFE_INTEGER else float(text)
+
+
 def signing_message(intent_hash, match_id, timestamp, payload, scheme="bound"):
     """The bytes a response's signature covers. Refuses (TypeError, ValueError) what the
     service would refuse anyway, as the Node signer does: a signature over such a response
