@@ -1,5 +1,6 @@
 """A frozen Redis under four real gunicorn workers: each worker pays one timeout, then answers
-by the failure policy for a second without asking the store; all recover after SIGCONT."""
+by the failure policy (and /health as failing) for a second without asking the store; all
+recover after SIGCONT."""
 import signal
 import time
 import uuid
@@ -18,16 +19,18 @@ def _servers(server):
     return getattr(server, "servers", [server])
 
 
-def _ask(server, headers, count, threads=4):
+def _ask(server, headers, count, threads=4, paths=("/v1/tenant/usage",)):
+    """`count` requests, taking `paths` in turn; (their statuses, their request ids)."""
     request_ids = [uuid.uuid4().hex for _ in range(count)]
 
-    def call(request_id):
-        answer = requests.get(server.url + "/v1/tenant/usage", timeout=30,
+    def call(numbered):
+        number, request_id = numbered
+        answer = requests.get(server.url + paths[number % len(paths)], timeout=30,
                               headers={**headers, "X-Request-Id": request_id})
         return answer.status_code
 
     with ThreadPoolExecutor(threads) as pool:
-        return list(pool.map(call, request_ids)), set(request_ids)
+        return list(pool.map(call, enumerate(request_ids))), set(request_ids)
 
 
 def test_a_frozen_redis_costs_each_worker_one_timeout_a_second(gunicorn, make_tenant,
@@ -41,7 +44,9 @@ def test_a_frozen_redis_costs_each_worker_one_timeout_a_second(gunicorn, make_te
     process.send_signal(signal.SIGSTOP)
     try:
         started = time.monotonic()
-        statuses, frozen_ids = _ask(server, tenant.headers, 80)
+        # /health among them: its ping of the store opens the breaker too.
+        statuses, frozen_ids = _ask(server, tenant.headers, 80,
+                                    paths=("/v1/tenant/usage", "/health"))
         seconds = time.monotonic() - started
     finally:
         process.send_signal(signal.SIGCONT)
@@ -50,7 +55,7 @@ def test_a_frozen_redis_costs_each_worker_one_timeout_a_second(gunicorn, make_te
 
     # Per worker (from the access log): answers that waited for the store's timeout are at most
     # one per second of the burst (plus the first); every other answer asked nothing of it.
-    workers = 0
+    workers, fast = 0, []
     for one in _servers(server):
         by_pid = {}
         for record in one.log_records():
@@ -60,10 +65,11 @@ def test_a_frozen_redis_costs_each_worker_one_timeout_a_second(gunicorn, make_te
         for pid, durations in by_pid.items():
             slow = [ms for ms in durations if ms >= TIMEOUT * 1000 * 0.8]
             assert len(slow) <= 1 + int(seconds), (pid, durations)
-            fast = sorted(ms for ms in durations if ms < TIMEOUT * 1000 * 0.8)
-            if fast:  # within 50 ms after the first, on a machine not starved of CPU
-                assert fast[len(fast) // 2] < 50, (pid, durations)
+            fast += [ms for ms in durations if ms < TIMEOUT * 1000 * 0.8]
     assert workers >= 1
+    # The others within 50 ms, on a machine not starved of CPU: the median of all of them, as a
+    # worker that answered only one or two can be descheduled for longer than that.
+    assert sorted(fast)[len(fast) // 2] < 50, sorted(fast)
 
     # Recovered within 2 s of SIGCONT: every worker asks the store again once its second is up.
     time.sleep(max(0.0, 2 - (time.monotonic() - resumed)))

@@ -137,10 +137,15 @@ def rate_headers(response):
 
 
 def store_available():
-    """Whether the store answers; not while the breaker is open (no call to a frozen store)."""
+    """Whether the store answers; not while the breaker is open (no call to a frozen store). A
+    store that does not answer opens the breaker, as a failed bucket call does: /health then
+    costs a worker one timeout a second, like every other request, not one a call."""
     if limiter.limiter.broken:
         return False
-    return bool(limiter.storage.check())
+    if limiter.storage.check():
+        return True
+    limiter.limiter.trip()
+    return False
 
 
 def _forget(_exc=None):
