@@ -48,9 +48,13 @@ def _body_bytes():
         raw = request.get_data(cache=True)
         # Werkzeug stops a chunked body (no Content-Length) at the limit without a word; one
         # more byte from the server's stream tells a body cut short from one exactly that long.
+        # That byte is gone once read, so the answer is kept: a view run again in the same
+        # request (app.auth, on a fresh lookup) must not take the cut body for the whole.
         if request.content_length is None:
             limit = request.max_content_length
-            if limit is not None and len(raw) >= limit and request.environ["wsgi.input"].read(1):
+            if limit is not None and len(raw) >= limit and (
+                    g.get("body_over_limit") or request.environ["wsgi.input"].read(1)):
+                g.body_over_limit = True
                 raise RequestEntityTooLarge()
     except ParseException:
         # gunicorn parses chunked framing lazily, while the app reads: a malformed chunk size

@@ -394,6 +394,23 @@ def test_chunked_bodies_through_gunicorn_are_held_to_64_kib_and_well_formed(serv
         assert body["request_id"] == headers["x-request-id"]
 
 
+def test_a_chunked_body_over_64_kib_is_refused_for_a_kept_principal_too(gunicorn, make_tenant):
+    """A principal kept in Redis (PostgreSQL) whose request is refused is asked again on a fresh
+    lookup, and the view runs again: the body's 413 must stand the second time too, though the
+    byte that told it is gone (the view once took the cut body for the whole and issued an
+    intent)."""
+    server = gunicorn(workers=1)
+    head = _chunked_head("/v1/intent/generate", make_tenant("pro").headers["X-Service-Key"])
+    valid = b'{"user_token": "hostile-user-token"}'
+    # The first request reads the key from the database and keeps its principal; the others
+    # take it from Redis.
+    for _ in range(3):
+        status, headers, body = _raw_exchange(server.port, head,
+                                              _chunked(valid.ljust(64 * 1024 + 1, b" ")))
+        assert (status, body["error"]) == (413, "request body too large (limit 64 KiB)")
+        assert body["request_id"] == headers["x-request-id"]
+
+
 def _refusals(api_key):
     """Requests gunicorn refuses before the app sees them, with the answer each gets."""
     return [
