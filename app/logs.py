@@ -7,11 +7,21 @@ import time
 from contextlib import contextmanager
 
 from flask import g, has_request_context, request
+from gunicorn.glogging import Logger
 
 
 access_log = logging.getLogger("app.access")
-# An API key or signing secret a client put in a path (DELETE /v1/tenant/keys/key_live_...).
-_CREDENTIAL_IN_PATH = re.compile(r"(key|sig)_live_[^/]*")
+# A credential a client put in a URL (DELETE /v1/tenant/keys/key_live_...): an API key or signing
+# secret (hex) up to the end of its path segment or query parameter; a webhook secret (base64,
+# which may hold "/") up to the end of its parameter or of the path, whatever follows it there.
+_CREDENTIAL_IN_URL = re.compile(r"((?:key|sig)_live_)[^/?&\s]*|(whsec_)[^?&\s]*")
+
+
+def mask_credentials(text):
+    """`text` (a path or query string) with each key or secret in it masked."""
+    if "_live_" in text or "whsec_" in text:  # on every request: the pattern only when needed
+        return _CREDENTIAL_IN_URL.sub(r"\1\2[redacted]", text)
+    return text
 
 
 class StderrHandler(logging.StreamHandler):
@@ -97,10 +107,8 @@ def log_request(response):
     elapsed_ms = (time.perf_counter() - state.get("request_started", time.perf_counter())) * 1000
     # The path, never the query string, and a key or secret in the path masked: keys must not
     # travel in URLs, and if a client puts one there anyway it must not reach the log.
-    path = asked.path
-    if "_live_" in path:
-        path = _CREDENTIAL_IN_PATH.sub(r"\1_live_[redacted]", path)
-    fields = {"method": asked.method, "path": path, "status": response.status_code,
+    fields = {"method": asked.method, "path": mask_credentials(asked.path),
+              "status": response.status_code,
               "duration_ms": round(elapsed_ms, 2)}
     for name in ("verdict", "intent_class"):
         value = state.get(name)
@@ -108,6 +116,25 @@ def log_request(response):
             fields[name] = value
     access_log.info("request", extra=fields)
     return response
+
+
+class JsonAccessAtoms(dict):
+    """gunicorn's access-log atoms, each text read as the inside of a JSON string (the format in
+    deploy/gunicorn.conf.py quotes them): credentials masked as in the app's line, quotes,
+    backslashes and control characters escaped, so that a %0a or %00 in a path can neither break
+    the line nor reach the log raw. An atom the request lacks is "-", as in gunicorn's own."""
+
+    def __getitem__(self, name):
+        value = self.get(name.lower() if name.startswith("{") else name, "-")
+        if isinstance(value, str):
+            return json.dumps(mask_credentials(value))[1:-1]
+        return value
+
+
+class GunicornLogger(Logger):
+    """gunicorn's logger (deploy/gunicorn.conf.py's logger_class), its access line escaped."""
+
+    atoms_wrapper_class = JsonAccessAtoms
 
 
 @contextmanager

@@ -142,6 +142,9 @@ errorlog = "-"
 loglevel = os.environ.get("GUNICORN_LOGLEVEL", "info")
 # The app writes one JSON line per request itself; this adds gunicorn's own view when wanted.
 accesslog = os.environ.get("GUNICORN_ACCESSLOG") or None
+# Its atoms masked and escaped as JSON string content (app.logs.JsonAccessAtoms): a key in the
+# path or a %0a decoded into it must not reach the log as it came.
+logger_class = "app.logs.GunicornLogger"
 access_log_format = (
     '{"time": "%(t)s", "logger": "gunicorn.access", "pid": "%(p)s", "remote": "%(h)s", '
     '"method": "%(m)s", "path": "%(U)s", "status": %(s)s, "bytes": "%(B)s", '

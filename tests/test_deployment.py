@@ -1,4 +1,5 @@
 """gunicorn as deployed: TLS 1.3 only (real handshakes), graceful shutdown on SIGTERM."""
+import base64
 import json
 import os
 import shutil
@@ -11,6 +12,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 import requests
@@ -267,3 +269,42 @@ def test_responses_name_no_server_software_and_carry_protective_headers(embedded
         assert response.headers["Server"] == "intentgate", response.headers
         assert response.headers["X-Content-Type-Options"] == "nosniff"
     assert response.headers["Cache-Control"] == "no-store"
+
+
+def test_gunicorns_access_line_masks_credentials_and_stays_one_json_line(embedded_gunicorn,
+                                                                         leak_watch):
+    """GUNICORN_ACCESSLOG=-: gunicorn's line masks what the app's masks, in the path and the
+    query alike, and a decoded %0a or %00 in the path is escaped, not written raw."""
+    start, cli = embedded_gunicorn
+    created = json.loads(cli("tenants", "create", "--email", "access@example.com", "--json"))
+    # A webhook secret's base64 may hold "+" and "/": this one starts with both.
+    webhook_secret = "whsec_" + base64.b64encode(b"\xfb\xff\xbf" + os.urandom(21)).decode()
+    credentials = [created["api_key"], created["signing_secret"], webhook_secret]
+    leak_watch.add(*credentials)
+    server = start(workers=1, threads=1, GUNICORN_ACCESSLOG="-")
+    query = "&".join(f"c{n}={value}" for n, value in enumerate(credentials))
+    paths = [f"/v1/tenant/keys/{quote(value, safe='')}?{query}" for value in credentials]
+    # A line break, a quote after a backslash and a NUL, each decoded into the path by gunicorn.
+    paths.append(f"/v1/tenant/keys/k%0A%7B%22injected%22%3A%201%7D%5C%22%00nul-tail?{query}")
+    request_ids = [f"access-{n}" for n in range(len(paths))]
+    for path, request_id in zip(paths, request_ids):
+        response = requests.delete(server.url + path, timeout=10, headers={
+            "X-Service-Key": created["api_key"], "X-Request-Id": request_id})
+        assert response.status_code == 404
+    server.stop()  # every line written and flushed: gunicorn logs after it has answered
+    text = server.log_path.read_text(errors="replace")
+    for credential in credentials:
+        # The whole value, or what follows a "/" of a webhook secret's base64, anywhere.
+        assert credential not in text and credential[-16:] not in text
+    assert "\x00" not in text
+    # Each line that is, or might be a piece of, an access line is one JSON object.
+    records = [json.loads(line) for line in text.splitlines()
+               if any(mark in line for mark in ("gunicorn.access", "injected", "nul-tail"))]
+    gunicorns = [record for record in records if record["logger"] == "gunicorn.access"]
+    assert all(record["request_id"] not in ("", "-") for record in gunicorns)
+    ours = [record for record in gunicorns if record["request_id"] in request_ids]
+    assert [record["request_id"] for record in ours] == request_ids
+    assert [record["path"] for record in ours] == [
+        "/v1/tenant/keys/key_live_[redacted]", "/v1/tenant/keys/sig_live_[redacted]",
+        "/v1/tenant/keys/whsec_[redacted]",
+        '/v1/tenant/keys/k\n{"injected": 1}\\"\x00nul-tail']

@@ -1,8 +1,10 @@
 """deploy/gunicorn.conf.py in itself: the worker count in a container, from fake cgroup files."""
 import importlib.util
+import json
 
 import pytest
 
+from app.logs import JsonAccessAtoms
 from tests.servers import ROOT
 
 
@@ -60,3 +62,21 @@ def test_default_workers_follow_the_available_cpus(monkeypatch):
     monkeypatch.delenv("GUNICORN_WORKERS", raising=False)
     conf = _load()
     assert conf.workers == 2 * conf.available_cpus() + 1
+
+
+def test_the_access_line_is_one_json_object_with_credentials_masked_in_any_atom(conf):
+    """The format's atoms, and the query and request line it leaves out today, as gunicorn's
+    logger (conf.logger_class) fills them in."""
+    assert conf.logger_class == "app.logs.GunicornLogger"
+    atoms = JsonAccessAtoms({
+        "t": "[25/Nov/2026:14:33:42 +0000]", "p": "<7>", "h": "127.0.0.1", "m": "DELETE",
+        "U": "/v1/tenant/keys/key_live_1f\n\x00\\\"", "s": "404", "B": 46, "D": 6882,
+        "q": "a=sig_live_2e&b=whsec_+/3d&c=1", "r": "DELETE /k/key_live_1f?b=whsec_+/3d HTTP/1.1",
+        "{x-request-id}o": "rid-1"})
+    line = json.loads(conf.access_log_format % atoms)
+    assert line["path"] == "/v1/tenant/keys/key_live_[redacted]\n\x00\\\""
+    assert line["request_id"] == "rid-1" and line["status"] == 404
+    extra = json.loads('{"q": "%(q)s", "r": "%(r)s", "referer": "%(f)s"}' % atoms)
+    assert extra == {"q": "a=sig_live_[redacted]&b=whsec_[redacted]&c=1",
+                     "r": "DELETE /k/key_live_[redacted]?b=whsec_[redacted] HTTP/1.1",
+                     "referer": "-"}
