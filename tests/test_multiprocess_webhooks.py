@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 from sqlalchemy import func, select
+from standardwebhooks import Webhook, WebhookVerificationError
 
 from app.clock import billing_period
 from app.extensions import db
@@ -117,6 +118,46 @@ def test_two_workers_on_one_outbox_make_each_attempt_once(app, client, tenant, w
     received = [request["headers"]["webhook-id"] for request in receiver.requests]
     assert sorted(received) == sorted(event_ids)  # each once, none lost
     assert sorted(_attempts(app, tenant)) == sorted((event_id, 1, True) for event_id in event_ids)
+
+
+def test_a_running_worker_signs_with_the_secrets_in_force_at_each_attempt(
+        app, client, tenant, workers, leak_watch):
+    """The worker's session lives as long as the worker: a rotation made while it runs must
+    still reach its next attempt's signature, without a restart."""
+    with Receiver() as receiver:
+        created = client.post("/v1/tenant/webhooks", headers=tenant.headers,
+                              json={"url": receiver.url, "events": ["usage.threshold"]})
+        first = created.get_json()["secret"]
+        leak_watch.add(first)
+        base = f"/v1/tenant/webhooks/{created.get_json()['id']}"
+
+        def rotate(**body):
+            secret = client.post(base + "/rotate-secret", headers=tenant.headers,
+                                 json=body).get_json()["secret"]
+            leak_watch.add(secret)
+            return secret
+
+        def attempt(count):
+            client.post(base + "/test", headers=tenant.headers)
+            requests_ = receiver.wait_for(count, timeout=30)
+            assert len(requests_) == count
+            return requests_[-1]
+
+        worker = workers()
+        attempt(1)  # the worker has read the endpoint once
+        graced = rotate(grace_seconds=3600)
+        in_grace = attempt(2)
+        current = rotate()
+        after = attempt(3)
+        assert worker.stop() == 0
+    assert len(in_grace["headers"]["webhook-signature"].split(" ")) == 2
+    for secret in (first, graced):
+        Webhook(secret).verify(in_grace["body"], in_grace["headers"])
+    assert len(after["headers"]["webhook-signature"].split(" ")) == 1
+    Webhook(current).verify(after["body"], after["headers"])
+    for superseded in (first, graced):
+        with pytest.raises(WebhookVerificationError):
+            Webhook(superseded).verify(after["body"], after["headers"])
 
 
 # -- usage.threshold under concurrent verifies ----------------------------------------------

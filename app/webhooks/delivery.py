@@ -74,8 +74,12 @@ def claim(now, lease_seconds):
         if attempt is None:
             return None
         attempt.leased_until, attempt.lease_token = now + lease_seconds, token
-        endpoint = db.session.get(WebhookEndpoint, (attempt.tenant_id, attempt.endpoint_id))
-        event = db.session.get(WebhookEvent, (attempt.tenant_id, attempt.event_id))
+        # Read afresh: a running worker's session keeps the rows it loaded (expire_on_commit
+        # is off), and a cached endpoint would sign with secrets rotated away since.
+        endpoint = db.session.get(WebhookEndpoint, (attempt.tenant_id, attempt.endpoint_id),
+                                  populate_existing=True)
+        event = db.session.get(WebhookEvent, (attempt.tenant_id, attempt.event_id),
+                               populate_existing=True)
     return attempt, endpoint, event, token
 
 
