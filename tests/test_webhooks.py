@@ -4,6 +4,7 @@ functions (tests/test_multiprocess_webhooks.py runs the worker as processes)."""
 import json
 
 import pytest
+from cryptography.fernet import Fernet
 from intentgate import verify_webhook
 from standardwebhooks import Webhook, WebhookVerificationError
 
@@ -134,6 +135,43 @@ def test_a_rotated_secret_signs_beside_the_previous_one_during_the_grace(app, cl
     Webhook(again["secret"]).verify(request["body"], request["headers"])
     with pytest.raises(WebhookVerificationError):
         Webhook(new_secret).verify(request["body"], request["headers"])
+
+
+def test_a_secret_the_worker_cannot_unseal_fails_that_attempt_and_the_others_go_on(
+        app, client, tenant, make_tenant, runner, leak_watch):
+    """An operator's CLI ran with a newer key ring than the worker's: that endpoint's attempt
+    fails and is retried on the schedule, every other tenant's is delivered."""
+    app.config["WEBHOOK_RETRY_DELAYS"] = (60,)
+    worker_ring = app.config["SECRET_ENCRYPTION_KEY"]
+    newer_ring = f"{Fernet.generate_key().decode()},{worker_ring}"
+    other = make_tenant("starter")
+    with Receiver() as receiver:
+        readable = _create(client, tenant, receiver.url, leak_watch, events=["usage.threshold"])
+        app.config["SECRET_ENCRYPTION_KEY"] = newer_ring
+        result = runner.invoke(args=["webhooks", "create", other.email, receiver.url,
+                                     "--event", "usage.threshold"])
+        sealed_elsewhere = json.loads(result.stdout)
+        leak_watch.add(sealed_elsewhere["secret"])
+        app.config["SECRET_ENCRYPTION_KEY"] = worker_ring
+        for owner, webhook in ((other, sealed_elsewhere), (tenant, readable)):
+            client.post(f"/v1/tenant/webhooks/{webhook['id']}/test", headers=owner.headers)
+        assert _deliver(app) == 2
+        (request,) = receiver.requests
+        Webhook(readable["secret"]).verify(request["body"], request["headers"])
+        retry, failed = _deliveries(client, other, sealed_elsewhere["id"])
+        assert (failed["state"], failed["status_code"]) == ("retried", None)
+        assert failed["error"] == "the delivery worker cannot unseal the endpoint's secret"
+        # A worker with the newer ring makes the retry when it is due.
+        app.config["SECRET_ENCRYPTION_KEY"] = newer_ring
+        with app.app_context():
+            assert delivery.deliver_due(app.config, now=retry["next_attempt_at"]) == 1
+        request = receiver.wait_for(2)[1]
+    Webhook(sealed_elsewhere["secret"]).verify(request["body"], request["headers"])
+    lines = [json.loads(line) for line in leak_watch.buffer.getvalue().splitlines()]
+    (logged,) = [line for line in lines if "cannot be unsealed" in line["message"]]
+    assert logged["level"] == "ERROR"
+    assert (logged["tenant_id"], logged["webhook_id"]) == (other.tenant_id,
+                                                           sealed_elsewhere["id"])
 
 
 @pytest.mark.parametrize("url, error", [

@@ -18,6 +18,7 @@ import time
 from flask import current_app
 from sqlalchemy import and_, literal, not_, exists, or_, select, update
 
+from app import crypto
 from app.clock import now_seconds
 from app.extensions import db
 from app.sql import unit_of_work
@@ -33,6 +34,7 @@ DAY = 86400
 # (notice, seconds before expiry it covers, down to the next notice): one event each.
 EXPIRY_NOTICES = (("7d", 7 * DAY, DAY), ("1d", DAY, 0))
 DISPATCH_BATCH = 100
+UNSEALABLE = "the delivery worker cannot unseal the endpoint's secret"
 
 
 def dispatch(now):
@@ -88,9 +90,18 @@ def attempt_once(attempt, endpoint, event, config):
     if endpoint is None or event is None:  # deleted since: its attempts are gone with it
         return None, "endpoint deleted", False
     now = now_seconds()
+    try:
+        signing = secrets_in_force(endpoint, now)
+    except crypto.SealedSecretError:
+        # Sealed with a key this worker's ring lacks (a newer ring elsewhere): the attempt
+        # fails and is retried as any other, so a worker with that key delivers it, and the
+        # other endpoints' attempts go on.
+        log.error("a webhook secret cannot be unsealed with SECRET_ENCRYPTION_KEY",
+                  extra={"tenant_id": endpoint.tenant_id, "webhook_id": endpoint.id})
+        return None, UNSEALABLE, False
     body = events.body(event)
     headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT,
-               **signatures.headers(secrets_in_force(endpoint, now), event.id, now, body)}
+               **signatures.headers(signing, event.id, now, body)}
     try:
         status, _ = ssrf.post(endpoint.url, body, headers,
                               config["WEBHOOK_ALLOW_PRIVATE_ADDRESSES"],
