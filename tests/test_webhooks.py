@@ -181,6 +181,14 @@ def test_a_secret_the_worker_cannot_unseal_fails_that_attempt_and_the_others_go_
     ("https://[::1]/hooks", "url must point to a public address"),
     ("https://[::ffff:192.168.0.1]/hooks", "url must point to a public address"),
     ("https://169.254.169.254/latest", "url must point to a public address"),
+    # IPv6 forms that reach an IPv4 address: NAT64, local-use NAT64, IPv4-compatible, SIIT.
+    ("https://[64:ff9b::a9fe:a9fe]/latest", "url must point to a public address"),
+    ("https://[64:ff9b::7f00:1]/hooks", "url must point to a public address"),
+    ("https://[64:ff9b:1::5db8:d70e]/hooks", "url must point to a public address"),
+    ("https://[::7f00:1]/hooks", "url must point to a public address"),
+    ("https://[::ffff:0:a00:1]/hooks", "url must point to a public address"),
+    ("https://[2002:a9fe:a9fe::]/hooks", "url must point to a public address"),
+    ("https://192.0.0.8/hooks", "url must point to a public address"),
     ("https://localhost/hooks", "url must point to a public address"),
     ("https://user:pw@93.184.215.14/hooks", "url must be an absolute URL with a host"),
     ("ftp://93.184.215.14/hooks", "url must be an https:// URL"),
@@ -195,6 +203,8 @@ def test_private_addresses_and_plain_http_are_refused_without_the_setting(
 def test_a_public_https_url_is_accepted_without_the_setting(app, client, tenant, leak_watch):
     app.config["WEBHOOK_ALLOW_PRIVATE_ADDRESSES"] = False
     _create(client, tenant, "https://93.184.215.14/hooks", leak_watch)
+    # A public IPv4 address through NAT64 is as public as the address itself.
+    _create(client, tenant, "https://[64:ff9b::5db8:d70e]/hooks", leak_watch)
 
 
 def test_the_address_is_checked_again_at_each_connection(app, client, tenant, leak_watch):
@@ -208,6 +218,17 @@ def test_the_address_is_checked_again_at_each_connection(app, client, tenant, le
         assert receiver.requests == []
     first = _deliveries(client, tenant, created["id"])[-1]
     assert first["error"] == "url must be an https:// URL" and first["status_code"] is None
+
+
+def test_an_ipv6_form_of_a_private_address_is_refused_at_connection_too(app, client, tenant,
+                                                                        leak_watch):
+    created = _create(client, tenant, "https://[64:ff9b::7f00:1]/hooks", leak_watch,
+                      events=["usage.threshold"])
+    client.post(f"/v1/tenant/webhooks/{created['id']}/test", headers=tenant.headers)
+    app.config["WEBHOOK_ALLOW_PRIVATE_ADDRESSES"] = False
+    _deliver(app)
+    first = _deliveries(client, tenant, created["id"])[-1]
+    assert first["error"] == "url must point to a public address" and first["status_code"] is None
 
 
 def test_at_most_five_endpoints_and_deleting_one_makes_room(client, tenant, leak_watch):

@@ -72,11 +72,36 @@ def _addresses(host, port, allow_private):
     return addresses
 
 
+# IPv6 prefixes whose last 32 bits are an IPv4 address that a connection reaches (through a
+# translator or the host's own stack): such an address is as public as that IPv4 address.
+IPV4_IN_LAST_32_BITS = tuple(ipaddress.ip_network(prefix) for prefix in (
+    "::ffff:0:0/96",     # IPv4-mapped
+    "::/96",             # IPv4-compatible (deprecated, RFC 4291); holds :: and ::1 too
+    "::ffff:0:0:0/96",   # IPv4-translated (SIIT, RFC 2765)
+    "64:ff9b::/96",      # NAT64's well-known prefix (RFC 6052)
+))
+# Not global, though Python 3.11's ipaddress says they are.
+NOT_GLOBAL = tuple(ipaddress.ip_network(prefix) for prefix in (
+    "64:ff9b:1::/48",  # NAT64 for a network's own use (RFC 8215), translated inside it
+    "192.0.0.0/24",    # IETF protocol assignments (RFC 6890), 192.0.0.8 among them
+))
+
+
 def is_public(address):
-    mapped = getattr(address, "ipv4_mapped", None) or getattr(address, "sixtofour", None)
-    if mapped is not None:
-        address = mapped
-    return address.is_global and not address.is_multicast
+    """Whether `address` is on the public internet; one standing for an IPv4 address is
+    judged by that address."""
+    address = _as_ipv4(address)
+    return (address.is_global and not address.is_multicast
+            and not any(address in network for network in NOT_GLOBAL))
+
+
+def _as_ipv4(address):
+    if address.version == 6:
+        if address.sixtofour is not None:
+            return address.sixtofour
+        if any(address in prefix for prefix in IPV4_IN_LAST_32_BITS):
+            return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return address
 
 
 class _Pinned:
