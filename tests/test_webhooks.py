@@ -6,11 +6,17 @@ import json
 import pytest
 from cryptography.fernet import Fernet
 from intentgate import verify_webhook
+from sqlalchemy import update
 from standardwebhooks import Webhook, WebhookVerificationError
 
+from app.extensions import db
+from app.sql import unit_of_work
 from app.webhooks import delivery
+from app.webhooks.models import WebhookEndpoint
 from tests.receivers import Receiver
 from tests.support import assert_envelope
+
+NOT_ENCODED = "url's path and query must be percent-encoded (no spaces or non-ASCII characters)"
 
 
 @pytest.fixture
@@ -229,6 +235,28 @@ def test_an_ipv6_form_of_a_private_address_is_refused_at_connection_too(app, cli
     _deliver(app)
     first = _deliveries(client, tenant, created["id"])[-1]
     assert first["error"] == "url must point to a public address" and first["status_code"] is None
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8714/o k", "http://127.0.0.1:8714/hooks?a=b c",
+                                 "http://127.0.0.1:8714/caf\u00e9"])
+def test_a_url_no_request_line_can_carry_is_refused(client, tenant, url):
+    body = assert_envelope(client.post("/v1/tenant/webhooks", headers=tenant.headers,
+                                       json={"url": url}), 400, NOT_ENCODED)
+    assert body["details"] == {"url": [NOT_ENCODED]}
+
+
+def test_a_stored_url_no_request_line_can_carry_fails_its_attempts(app, client, tenant,
+                                                                   leak_watch):
+    """Registered before the rule: each attempt says why, and the worker goes on."""
+    created = _create(client, tenant, "http://127.0.0.1:8714/hooks", leak_watch,
+                      events=["usage.threshold"])
+    with app.app_context(), unit_of_work():
+        db.session.execute(update(WebhookEndpoint).where(WebhookEndpoint.id == created["id"])
+                           .values(url="http://127.0.0.1:8714/caf\u00e9"))
+    client.post(f"/v1/tenant/webhooks/{created['id']}/test", headers=tenant.headers)
+    assert _deliver(app) == 3
+    assert {entry["error"] for entry in _deliveries(client, tenant, created["id"])} == {
+        NOT_ENCODED}
 
 
 def test_at_most_five_endpoints_and_deleting_one_makes_room(client, tenant, leak_watch):

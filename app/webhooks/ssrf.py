@@ -11,6 +11,7 @@ rule and allows http://.
 """
 import http.client
 import ipaddress
+import re
 import socket
 import ssl
 import threading
@@ -24,6 +25,11 @@ HTTPS_ONLY = "url must be an https:// URL"
 NOT_PUBLIC = "url must point to a public address"
 UNRESOLVABLE = "url's host could not be resolved"
 MALFORMED = "url must be an absolute URL with a host"
+NOT_ENCODED = ("url's path and query must be percent-encoded (no spaces or non-ASCII "
+               "characters)")
+# What an HTTP request line cannot carry: http.client refuses controls and spaces, and can
+# encode nothing but ASCII. Such a URL could never be sent, however often it is retried.
+UNSENDABLE = re.compile(r"[^\x21-\x7e]")
 
 
 class Refused(Exception):
@@ -52,6 +58,8 @@ def target(url, allow_private):
         raise Refused(MALFORMED)
     port = port or (443 if parts.scheme == "https" else 80)
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    if UNSENDABLE.search(path):
+        raise Refused(NOT_ENCODED)
     return parts.scheme, parts.hostname, port, path, _addresses(parts.hostname, port,
                                                                 allow_private)
 
