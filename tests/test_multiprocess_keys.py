@@ -13,8 +13,8 @@ def test_rotated_key_is_refused_by_every_worker_at_once(gunicorn, tenant):
     old = {"X-Service-Key": tenant.api_key}
     warm_ids = [uuid.uuid4().hex for _ in range(40)]
     for request_id in warm_ids:
-        assert requests.get(server.url + "/v1/tenant/usage", headers={**old, "X-Request-Id": request_id},
-                            timeout=5).status_code == 200
+        assert requests.get(server.url + "/v1/tenant/usage", timeout=5,
+                            headers={**old, "X-Request-Id": request_id}).status_code == 200
     rotated = requests.post(server.url + "/v1/tenant/rotate-key", headers=old, timeout=5)
     assert rotated.status_code == 200
     new_key = rotated.json()["new_key"]
@@ -22,12 +22,14 @@ def test_rotated_key_is_refused_by_every_worker_at_once(gunicorn, tenant):
     refused_ids = [uuid.uuid4().hex for _ in range(40)]
     with ThreadPoolExecutor(8) as pool:
         statuses = list(pool.map(
-            lambda request_id: requests.get(server.url + "/v1/tenant/usage", timeout=5,
-                                            headers={**old, "X-Request-Id": request_id}).status_code,
+            lambda request_id: requests.get(
+                server.url + "/v1/tenant/usage", timeout=5,
+                headers={**old, "X-Request-Id": request_id}).status_code,
             refused_ids))
     # Which workers the kernel picks is its choice; whichever it picks must refuse the key.
     assert statuses == [401] * 40
-    fresh = requests.get(server.url + "/v1/tenant/usage", headers={"X-Service-Key": new_key}, timeout=5)
+    fresh = requests.get(server.url + "/v1/tenant/usage", headers={"X-Service-Key": new_key},
+                         timeout=5)
     assert fresh.status_code == 200
 
 
@@ -148,3 +150,76 @@ def test_a_revoked_key_is_refused_by_every_worker_on_the_intent_endpoints(gunico
         "original_intent_hash": intent_hash,
         "response": scale_response(tenant.signing_secret, intent_hash)})
     assert cleared.json()["cleared"] is True
+
+
+# Races of one tenant's keys, many times over: more requests than a tenant's bucket holds.
+RACING = {"AUTH_FAILURE_LIMIT": "1000 per minute", "RATE_LIMIT_CAPACITY": 1000}
+
+
+def _rotate(server, headers):
+    return requests.post(server.url + "/v1/tenant/rotate-key", headers=headers, timeout=10)
+
+
+def _at_once(*calls):
+    """Run the calls in threads released together, so their requests overlap on the workers."""
+    barrier = threading.Barrier(len(calls))
+
+    def run(call):
+        barrier.wait()
+        return call()
+
+    with ThreadPoolExecutor(len(calls)) as pool:
+        return list(pool.map(run, calls))
+
+
+def test_concurrent_rotations_of_two_keys_both_succeed(gunicorn, make_tenant):
+    """Every key operation locks the tenant's row first: two keys rotating themselves at once
+    queue there, and neither is a deadlock's victim (a 503)."""
+    server = gunicorn(workers=4, **RACING)
+    tenant = make_tenant("pro")
+    first = {"X-Service-Key": tenant.api_key}
+    second = {"X-Service-Key": requests.post(
+        server.url + "/v1/tenant/keys", headers=first, timeout=5,
+        json={"name": "second"}).json()["api_key"]}
+    for _ in range(15):
+        rotated = _at_once(lambda: _rotate(server, first), lambda: _rotate(server, second))
+        assert [response.status_code for response in rotated] == [200, 200]
+        old = (first, second)
+        first, second = ({"X-Service-Key": response.json()["new_key"]} for response in rotated)
+        assert [requests.get(server.url + "/v1/tenant/usage", headers=headers,
+                             timeout=5).status_code for headers in (*old, first, second)] == [
+            401, 401, 200, 200]
+    assert len(_keys(server, first).json()["keys"]) == 2
+
+
+def test_a_key_revoked_while_it_rotates_gives_one_definite_answer_each(gunicorn, make_tenant):
+    """Revocation first: the rotation's key is refused (401). Rotation first: the key to revoke
+    is gone (404) and the new key works. Never both, never a 5xx."""
+    server = gunicorn(workers=4, **RACING)
+    tenant = make_tenant("pro")
+    manager = {"X-Service-Key": tenant.api_key}
+    (manager_id,) = [key["id"] for key in _keys(server, manager).json()["keys"]]
+    for _ in range(15):
+        created = requests.post(server.url + "/v1/tenant/keys", headers=manager, timeout=5,
+                                json={"name": "rotating"}).json()
+        rotating = {"X-Service-Key": created["api_key"]}
+        rotated, revoked = _at_once(
+            lambda: _rotate(server, rotating),
+            lambda: requests.delete(server.url + f"/v1/tenant/keys/{created['id']}",
+                                    headers=manager, timeout=10))
+        outcome = (rotated.status_code, revoked.status_code)
+        assert outcome in ((200, 404), (401, 200)), outcome
+        assert requests.get(server.url + "/v1/tenant/usage", headers=rotating,
+                            timeout=5).status_code == 401
+        listed = {key["id"] for key in _keys(server, manager).json()["keys"]}
+        if rotated.status_code == 200:
+            new = {"X-Service-Key": rotated.json()["new_key"]}
+            assert requests.get(server.url + "/v1/tenant/usage", headers=new,
+                                timeout=5).status_code == 200
+            (new_id,) = listed - {manager_id}
+            assert new_id != created["id"]
+            assert requests.delete(server.url + f"/v1/tenant/keys/{new_id}", headers=manager,
+                                   timeout=5).status_code == 200
+        else:
+            assert listed == {manager_id}
+    assert [key["id"] for key in _keys(server, manager).json()["keys"]] == [manager_id]

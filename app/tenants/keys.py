@@ -97,9 +97,12 @@ def rotate(tenant_id, key_id=None):
     is refused from then on. With `key_id` (SPEC.md's rotate-key: the key that calls) the
     conditional UPDATE matches only while that key is active, so of two concurrent rotations
     with one key exactly one wins. Without it (an admin), the tenant's newest active key."""
+    # The tenant's row first, as every key operation takes it: locking the key's row first
+    # (the UPDATE), then the tenant's (the new key's foreign key, the audit entry) deadlocked
+    # with another key's rotation or with the key's revocation, which hold them the other way.
+    locked_tenant(tenant_id)
     now = now_seconds()
     if key_id is None:
-        locked_tenant(tenant_id)
         newest = db.session.execute(
             select(ApiKey.id).where(ApiKey.tenant_id == tenant_id, *_active(now))
             .order_by(ApiKey.created_at.desc(), ApiKey.id.desc()).limit(1)
