@@ -195,6 +195,7 @@ def test_a_secret_the_worker_cannot_unseal_fails_that_attempt_and_the_others_go_
     ("https://[::ffff:0:a00:1]/hooks", "url must point to a public address"),
     ("https://[2002:a9fe:a9fe::]/hooks", "url must point to a public address"),
     ("https://192.0.0.8/hooks", "url must point to a public address"),
+    ("https://[fec0::1]/hooks", "url must point to a public address"),  # site-local
     ("https://localhost/hooks", "url must point to a public address"),
     ("https://user:pw@93.184.215.14/hooks", "url must be an absolute URL with a host"),
     ("ftp://93.184.215.14/hooks", "url must be an https:// URL"),

@@ -92,6 +92,7 @@ IPV4_IN_LAST_32_BITS = tuple(ipaddress.ip_network(prefix) for prefix in (
 NOT_GLOBAL = tuple(ipaddress.ip_network(prefix) for prefix in (
     "64:ff9b:1::/48",  # NAT64 for a network's own use (RFC 8215), translated inside it
     "192.0.0.0/24",    # IETF protocol assignments (RFC 6890), 192.0.0.8 among them
+    "fec0::/10",       # site-local (deprecated by RFC 3879, still routed inside some sites)
 ))
 
 
