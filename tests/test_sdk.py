@@ -37,6 +37,9 @@ def test_client_round_trip_and_typed_errors(live):
     intent = client.generate("sdk-user-token-1", ttl=60)
     assert intent.intent_hash.startswith("sha256:") and intent.intent_class == "other"
     signed = ScaleResponse.sign(created["signing_secret"], intent.intent_hash, {"n": 1})
+    with pytest.raises(ValidationError) as empty:  # sent as given, never replaced
+        client.verify(intent.intent_hash, signed, idempotency_key="")
+    assert empty.value.message == "Idempotency-Key must be 1 to 255 printable ASCII characters"
     first = client.verify(intent.intent_hash, signed, idempotency_key="sdk-retry-1")
     again = client.verify(intent.intent_hash, signed, idempotency_key="sdk-retry-1")
     assert first.cleared and not first.replayed and again.replayed and again.payload == {"n": 1}

@@ -284,3 +284,14 @@ def test_a_body_without_a_json_form_is_refused_before_anything_is_sent(httpserve
     with pytest.raises(ValidationError, match="request body cannot be sent as JSON"):
         call(_client(httpserver, Sleeps()))
     assert len(httpserver.log) == 0
+
+
+@pytest.mark.parametrize("body", ["<html>a proxy's page</html>", "[1, 2]", ""])
+def test_a_success_status_without_a_json_object_is_a_service_error(httpserver, body):
+    """Not a KeyError where the caller reads a field: every error of Client is IntentGateError."""
+    httpserver.expect_request("/v1/intent/generate").respond_with_data(
+        body, status=200, content_type="text/html", headers={"X-Request-Id": "rid-proxy"})
+    with pytest.raises(ServiceError) as failed:
+        _client(httpserver, Sleeps()).generate("sdk-user-token")
+    assert failed.value.message == "the service answered 200 without a JSON object"
+    assert (failed.value.status, failed.value.request_id) == (200, "rid-proxy")

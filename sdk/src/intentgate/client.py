@@ -58,7 +58,10 @@ class Client:
     def verify(self, intent_hash, response, idempotency_key=None):
         if isinstance(response, ScaleResponse):
             response = response.to_dict()
-        headers = {"Idempotency-Key": idempotency_key or uuid.uuid4().hex}
+        # An empty key is sent as given (the service refuses it, 400), as Node's client refuses
+        # it: never quietly replaced by a fresh one, which would make a retry a new request.
+        headers = {"Idempotency-Key": uuid.uuid4().hex if idempotency_key is None
+                   else idempotency_key}
         answer, http = self._request("POST", "/v1/intent/verify", headers=headers,
                                      json={"original_intent_hash": intent_hash,
                                            "response": response})
@@ -174,9 +177,16 @@ class Client:
         try:
             body = http.json(parse_int=jcs_number)  # a cleared payload is JCS text
         except ValueError:
-            body = {}
+            body = None
         if http.status_code < 400:
-            return body
+            if isinstance(body, dict):
+                return body
+            # Not the service's answer (a proxy's page, say): an error of ours, as in Node,
+            # rather than a KeyError where the caller reads a field.
+            raise ServiceError(f"the service answered {http.status_code} without a JSON object",
+                               status=http.status_code,
+                               request_id=http.headers.get("X-Request-Id"))
+        body = body if isinstance(body, dict) else {}
         message = body.get("error") or f"HTTP {http.status_code}"
         details = {"status": http.status_code,
                    "request_id": body.get("request_id") or http.headers.get("X-Request-Id"),
