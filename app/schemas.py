@@ -17,6 +17,22 @@ class RequestSchema(Schema):
 
     error_messages = {"unknown": UNKNOWN_FIELD, "type": "request body must be a JSON object"}
 
+    def on_bind_field(self, field_name, field_obj):
+        """A null where a field takes none is refused with the field's own text for a wrong
+        value, when it has one ("plan must be one of: ..."), not marshmallow's "Field may not be
+        null.", which names no field."""
+        messages, defaults = field_obj.error_messages, _default_messages(type(field_obj))
+        if messages["null"] == defaults["null"] and messages["invalid"] != defaults["invalid"]:
+            messages["null"] = messages["invalid"]
+
+
+def _default_messages(field_class):
+    """marshmallow's own error texts for a field class (its and its bases' defaults)."""
+    messages = {}
+    for cls in reversed(field_class.__mro__):
+        messages.update(getattr(cls, "default_error_messages", {}))
+    return messages
+
 
 def no_control_characters(name, refused=CONTROL_CHARACTERS):
     """A validator for string fields that hold no free text (ids, signatures, addresses);

@@ -61,12 +61,28 @@ def test_create_returns_the_key_once_and_it_works(client, admin_headers):
         ({"email": "a@example.com", "plan": "gold"}, "plan must be one of: free, starter, pro, enterprise"),
         ({"email": "a@example.com", "colour": "red"}, "unknown field: colour"),
         ({"email": 5}, "email must be a string"),
+        # A null gets the field's own text, as any other wrong value (not "Field may not be
+        # null.", which names no field).
+        ({"email": None}, "email must be a string"),
+        ({"email": "a@example.com", "plan": None}, "plan must be one of: free, starter, pro, enterprise"),
     ],
 )
 def test_create_validates_the_body(client, admin_headers, payload, error):
     body = assert_envelope(client.post("/v1/admin/tenants", headers=admin_headers, json=payload),
                            400, error)
     assert body["details"]
+
+
+@pytest.mark.parametrize("payload, error", [
+    ({"plan": None}, "plan must be one of: free, starter, pro, enterprise"),
+    ({"signature_scheme": None}, "signature_scheme must be one of: bound, payload, ed25519"),
+    ({"active": None}, "active must be true or false"),
+])
+def test_update_names_the_field_a_null_was_sent_for(client, admin_headers, make_tenant, payload,
+                                                    error):
+    tenant = make_tenant()
+    assert_envelope(client.patch(f"/v1/admin/tenants/{tenant.tenant_id}", headers=admin_headers,
+                                 json=payload), 400, error)
 
 
 def test_create_requires_json(client, admin_headers):
