@@ -90,8 +90,9 @@ def test_list_show_set_plan_and_usage(app, runner):
 
 
 @pytest.mark.parametrize("reference", ["nobody@example.com", "99999999999999999999", "²", "٣"])
-def test_unknown_tenant_is_a_one_line_error(runner, reference):
-    result = _invoke(runner, "tenants", "show", reference)
+@pytest.mark.parametrize("command", ["show", "audit"])  # audit's table header not printed first
+def test_unknown_tenant_is_a_one_line_error(runner, reference, command):
+    result = _invoke(runner, "tenants", command, reference)
     assert result.exit_code == 1 and result.output.strip() == "Error: tenant not found"
 
 

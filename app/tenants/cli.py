@@ -240,8 +240,9 @@ def _bar(cleared, blocked, widest):
 @one_line_errors
 def audit_log(tenant, limit, before):
     """Show who changed a tenant's keys, secrets, scheme, plan or active flag, newest first."""
+    entries = audit.entries(service.find_tenant(tenant).id, limit, before)  # an error: no header
     click.echo("ID\tAT\tACTION\tACTOR\tADDRESS\tDETAILS")
-    for entry in audit.entries(service.find_tenant(tenant).id, limit, before):
+    for entry in entries:
         at = datetime.fromtimestamp(entry["at"], timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         details = " ".join(f"{name}={value}" for name, value in sorted(entry["details"].items()))
         click.echo(f"{entry['id']}\t{at}\t{entry['action']}\t{entry['actor']}\t"
