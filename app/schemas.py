@@ -63,10 +63,6 @@ class StrictBoolean(fields.Boolean):
     """JSON true or false only. marshmallow's truthy/falsy sets cannot say this: 0 == False and
     1 == True in Python, so {"active": 0} would deactivate a tenant."""
 
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.error_messages["null"] = self.error_messages["invalid"]  # null is no boolean either
-
     def _deserialize(self, value, attr, data, **kwargs):
         if not isinstance(value, bool):
             raise self.make_error("invalid")

@@ -30,7 +30,7 @@ class GenerateSchema(RequestSchema):
     ttl = StrictInteger(
         load_default=TTL_DEFAULT,
         metadata={"minimum": TTL_MIN, "maximum": TTL_MAX, "description": "Seconds of validity."},
-        error_messages={"invalid": "ttl must be an integer", "null": "ttl must be an integer"},
+        error_messages={"invalid": "ttl must be an integer"},
     )
 
     @validates("user_token")

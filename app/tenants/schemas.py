@@ -137,7 +137,7 @@ EXPIRES_IN_MESSAGE = f"expires_in must be an integer between 1 and {EXPIRES_IN_M
 
 def _grace_field():
     return StrictInteger(load_default=0, validate=validate.Range(0, GRACE_MAX, error=GRACE_MESSAGE),
-                         error_messages={"invalid": GRACE_MESSAGE, "null": GRACE_MESSAGE},
+                         error_messages={"invalid": GRACE_MESSAGE},
                          metadata={"description": "Seconds during which the previous one still "
                                                   "verifies (0: it stops at once)."})
 
@@ -255,8 +255,7 @@ class ApiKeyCreateSchema(RequestSchema):
         load_default=None,
         validate=validate.Length(min=1, max=len(scopes.SCOPES) * 2,
                                  error="scopes must name 1 to 5 scopes"),
-        error_messages={"invalid": "scopes must be a list of scope names",
-                        "null": "scopes must be a list of scope names"},
+        error_messages={"invalid": "scopes must be a list of scope names"},
         metadata={"description": "What the key may do (default: [\"intents\"]), never more than "
                                  "the key that creates it: " + "; ".join(
                                      f"`{name}`: {what}"

@@ -37,7 +37,7 @@ class WebhookCreateSchema(RequestSchema):
                       error_messages={"invalid": EVENTS_MESSAGE}),
         load_default=None,
         validate=validate.Length(min=1, max=20, error="events must name 1 to 20 event types"),
-        error_messages={"invalid": EVENTS_MESSAGE, "null": EVENTS_MESSAGE},
+        error_messages={"invalid": EVENTS_MESSAGE},
         metadata={"description": "Default: every event (" + ", ".join(SUBSCRIBABLE) + "); "
                                  f"`{AUDIT_PREFIX}*` is every audit-log entry. webhook.test "
                                  "always reaches the endpoint it is sent to."},
