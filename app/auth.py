@@ -110,8 +110,6 @@ def authenticated(kinds, texts, cached=False):
         limits.check()  # the address's failure allowance: 429 once it is spent
         # An empty header is present: it is an invalid key, not a missing one.
         raise Unauthorized(texts[1] if api_key is not None else texts[0])
-    if principal.kind not in kinds:
-        raise Forbidden(_wrong_kind_text(kinds))
     g.principal = principal
     try:
         limits.check()  # the caller's bucket, before the view does anything
@@ -119,6 +117,11 @@ def authenticated(kinds, texts, cached=False):
         if principal.fingerprint is not None:
             reauthenticated(texts)  # a key that no longer authenticates: 401, not its 429
         raise
+    # After the bucket: a request of the wrong kind of key is a request of its caller on a
+    # /v1/* endpoint like any other (a tenant key on the admin API would otherwise spend no
+    # bucket at all, and cost a key lookup each time without limit).
+    if principal.kind not in kinds:
+        raise Forbidden(_wrong_kind_text(kinds))
     return principal
 
 

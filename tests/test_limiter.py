@@ -180,3 +180,18 @@ def test_each_endpoint_resolved_once_still_follows_the_settings(app, client, mak
     answers = [client.get("/v1/tenant/usage", headers=tenant.headers) for _ in range(3)]
     assert [answer.status_code for answer in answers] == [200, 200, 429]
     assert answers[0].headers["X-RateLimit-Limit"] == "2"
+
+
+def test_a_key_of_the_wrong_kind_spends_its_own_bucket(app, client, make_tenant, admin_headers):
+    """A tenant key on the admin API, or an admin key on the tenant API, is refused (403) as a
+    request of its caller: from its bucket, to a 429 once it is spent, never without limit."""
+    app.config.update(RATE_LIMIT_CAPACITY=2, RATE_LIMIT_REFILL_PER_MINUTE=1)
+    tenant = make_tenant("pro")
+    for path, headers, text in (
+            ("/v1/admin/tenants", tenant.headers, "this endpoint requires an admin key"),
+            ("/v1/tenant/keys", admin_headers, "this endpoint requires a tenant key")):
+        answers = [client.get(path, headers=headers) for _ in range(3)]
+        assert_envelope(answers[0], 403, text)
+        assert answers[0].headers["X-RateLimit-Limit"] == "2"
+        assert answers[0].headers["X-RateLimit-Remaining"] == "1"
+        assert_envelope(answers[2], 429, "rate limit exceeded")
