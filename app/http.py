@@ -9,6 +9,7 @@ from werkzeug.exceptions import RequestEntityTooLarge
 
 from app import strict_json
 from app.errors import BadRequest, UnsupportedMediaType
+from app.logs import mask_credentials
 
 REQUEST_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,128}")
 
@@ -66,8 +67,17 @@ def _body_bytes():
 def assign_request_id():
     supplied = request.headers.get("X-Request-Id", "")
     state = g._get_current_object()  # the proxy looked through once
-    state.request_id = supplied if REQUEST_ID_PATTERN.fullmatch(supplied) else uuid.uuid4().hex
+    state.request_id = supplied if _acceptable_request_id(supplied) else uuid.uuid4().hex
     state.request_started = time.perf_counter()  # also read by app.metrics
+
+
+def _acceptable_request_id(supplied):
+    """The caller's id fits the pattern and holds no key or secret: it is written into every
+    log line and audit entry of the request (and so into audit webhooks), none of which may
+    ever hold one. A key_live_... id (a client sending its key in the wrong header) is
+    replaced like any other id the service does not take."""
+    return REQUEST_ID_PATTERN.fullmatch(supplied) is not None and (
+        mask_credentials(supplied) == supplied)
 
 
 def protective_headers(response):

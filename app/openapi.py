@@ -86,8 +86,8 @@ def _recorded(decorator):
 
 
 HEADERS = {
-    "X-Request-Id": ("Correlation id: the caller's when it matches ^[A-Za-z0-9._-]{1,128}$, "
-                     "else a new one.", "string", True),
+    "X-Request-Id": ("Correlation id: the caller's when it matches ^[A-Za-z0-9._-]{1,128}$ and "
+                     "holds no key or secret (key_live_...), else a new one.", "string", True),
     "X-RateLimit-Limit": ("Token bucket capacity (or, on 401 and on answers made before the key "
                           "is read, the per-address failure limit).", "integer", False),
     "X-RateLimit-Remaining": ("Whole tokens left.", "integer", False),

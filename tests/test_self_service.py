@@ -202,6 +202,21 @@ def test_every_kind_of_change_is_audited_with_its_actor(client, runner, tenant, 
         assert secret not in text
 
 
+def test_a_key_sent_as_the_request_id_reaches_no_log_or_audit_entry(client, tenant, leak_watch):
+    """The request id is written into every log line and audit entry of the request (and its
+    audit webhook event): a caller's id holding a key is replaced like any other bad one."""
+    for supplied in (tenant.api_key, "trace-" + tenant.api_key, tenant.signing_secret):
+        created = client.post("/v1/tenant/keys", json={"name": "traced"},
+                              headers={**tenant.headers, "X-Request-Id": supplied})
+        assert created.status_code == 201
+        leak_watch.add(created.get_json()["api_key"])
+        request_id = created.headers["X-Request-Id"]
+        assert tenant.api_key not in request_id and "_live_" not in request_id
+        assert len(request_id) == 32
+    entries = client.get("/v1/tenant/audit-log", headers=tenant.headers).get_json()["entries"]
+    assert "_live_" not in json.dumps([entry["request_id"] for entry in entries])
+
+
 def test_the_audit_log_pages_newest_first(client, tenant):
     for index in range(4):
         _create_key(client, tenant.headers, name=f"k{index}")
