@@ -4,7 +4,7 @@ import os
 from flask import Flask
 from sqlalchemy import event
 from werkzeug.middleware.proxy_fix import ProxyFix
-from werkzeug.routing import UnicodeConverter
+from werkzeug.routing import IntegerConverter, UnicodeConverter
 
 from app import config as settings
 from app import crypto, database, errors, http, https_only, logs, metrics
@@ -24,6 +24,15 @@ class PathSegment(UnicodeConverter):
         self.regex = self.regex.replace("[^/]", "[^/\\x00-\\x1f\\x7f]")
 
 
+class AsciiInteger(IntegerConverter):
+    """An id in the path (a tenant's): ASCII digits only. werkzeug's pattern also takes other
+    scripts' digits, so /v1/admin/tenants/ followed by U+0661 (ARABIC-INDIC DIGIT ONE) reached
+    tenant 1 under a second name, where every other id the service reads (query strings, the
+    CLI) is ASCII digits alone."""
+
+    regex = "[0-9]+"
+
+
 class IntentGate(Flask):
     """Flask, with the coroutine test of each view and hook made once per function instead of
     on every call (a dozen inspect calls per request, and none of our functions is async), and
@@ -33,6 +42,7 @@ class IntentGate(Flask):
         super().__init__(*args, **kwargs)
         self._callables = {}
         self.url_map.converters["default"] = self.url_map.converters["string"] = PathSegment
+        self.url_map.converters["int"] = AsciiInteger
         # werkzeug would redirect "/v1//x" to "/v1/x" with an HTML page and a Location made
         # from the client's Host header; such a path is simply not found.
         self.url_map.merge_slashes = False

@@ -174,3 +174,18 @@ def test_smtp_failure_is_reported_and_the_tenant_still_exists(client, admin_head
     assert body["api_key"] not in caplog.text
     shown = client.get(f"/v1/admin/tenants/{body['tenant_id']}", headers=admin_headers)
     assert shown.status_code == 200
+
+
+@pytest.mark.parametrize("path", ["/v1/admin/tenants/{}", "/v1/admin/tenants/{}/keys",
+                                  "/v1/admin/tenants/{}/audit-log"])
+def test_a_tenant_id_in_the_path_is_ascii_digits_only(client, admin_headers, path):
+    # int() reads Arabic-Indic (U+0660..) and fullwidth (U+FF10..) digits as ASCII ones.
+    created = client.post("/v1/admin/tenants", headers=admin_headers,
+                          json={"email": "digits@example.com", "plan": "pro"}).get_json()
+    tenant_id = created["tenant_id"]
+    assert client.get(path.format(tenant_id), headers=admin_headers).status_code == 200
+    for zero in (0x0660, 0xFF10):
+        other_script = "".join(chr(zero + int(digit)) for digit in str(tenant_id))
+        assert int(other_script) == tenant_id
+        assert_envelope(client.get(path.format(other_script), headers=admin_headers), 404,
+                        "not found")
