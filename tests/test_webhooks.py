@@ -308,6 +308,18 @@ def test_the_admin_api_manages_any_tenants_webhooks(app, client, tenant, runner,
                       json={"thresholds": [90]}).get_json() == {"thresholds": [90]}
 
 
+@pytest.mark.parametrize("method, operation", [
+    ("delete", ""), ("post", "/rotate-secret"), ("post", "/test"), ("get", "/deliveries")])
+def test_an_unknown_tenant_on_the_admin_path_is_tenant_not_found(client, runner, leak_watch,
+                                                                 method, operation):
+    result = runner.invoke(args=["admin-keys", "create", "--name", "ops", "--json"])
+    admin_key = json.loads(result.stdout)["api_key"]
+    leak_watch.add(admin_key)
+    response = getattr(client, method)(f"/v1/admin/tenants/999999/webhooks/wh_x{operation}",
+                                       headers={"X-Service-Key": admin_key})
+    assert_envelope(response, 404, "tenant not found")
+
+
 def test_an_audit_entry_is_an_event_and_never_carries_a_secret(app, client, tenant, leak_watch):
     with Receiver() as receiver:
         _create(client, tenant, receiver.url, leak_watch, events=["audit.*"])

@@ -98,6 +98,7 @@ def secrets_in_force(row, now):
 
 def send_test(tenant_id, endpoint_id):
     """Queue a webhook.test event for this endpoint alone."""
+    existing_tenant(tenant_id)  # an unknown tenant (admin path) is named as such, as elsewhere
     row = _endpoint(tenant_id, endpoint_id)
     event_id = events.raise_event(tenant_id, events.TEST, {"webhook_id": row.id},
                                   now_seconds(), endpoint_id=row.id, only_if_subscribed=False)
