@@ -1,8 +1,10 @@
 """The admin HTTP API and key delivery by email over a real SMTP server (aiosmtpd)."""
 import email
 import json
+import ssl
 
 import pytest
+import trustme
 from aiosmtpd.controller import Controller
 
 from tests.servers import free_port
@@ -144,6 +146,37 @@ def test_paid_plan_key_is_emailed(client, admin_headers, smtp_inbox, runner):
     result = runner.invoke(args=["tenants", "create", "--email", "cli-buyer@example.com",
                                  "--plan", "pro", "--send-email"])
     assert result.exit_code == 0 and len(smtp_inbox.messages) == 2
+
+
+@pytest.fixture
+def starttls_inbox(app):
+    """An SMTP server that takes mail only after STARTTLS, with a certificate from its own CA."""
+    ca = trustme.CA()
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(context)
+    inbox = Inbox()
+    controller = Controller(inbox, hostname="127.0.0.1", port=free_port(), tls_context=context,
+                            require_starttls=True)
+    controller.start()
+    app.config.update(SMTP_HOST="127.0.0.1", SMTP_PORT=controller.port, SMTP_STARTTLS=True)
+    yield inbox, ca
+    controller.stop()
+
+
+def test_keys_are_emailed_over_tls_only_to_a_server_whose_certificate_checks_out(
+        client, admin_headers, starttls_inbox, monkeypatch, tmp_path):
+    inbox, ca = starttls_inbox
+    refused = client.post("/v1/admin/tenants", headers=admin_headers,
+                          json={"email": "mitm@example.com", "plan": "pro", "send_email": True})
+    assert refused.status_code == 201
+    assert refused.get_json()["email_sent"] is False
+    assert refused.get_json()["email_error"] == "email delivery failed (SSLCertVerificationError)"
+    assert inbox.messages == []
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.pem"))  # the operator's CA
+    trusted = client.post("/v1/admin/tenants", headers=admin_headers,
+                          json={"email": "tls@example.com", "plan": "pro", "send_email": True})
+    assert trusted.get_json()["email_sent"] is True and len(inbox.messages) == 1
 
 
 def test_free_plan_key_is_not_emailed(client, admin_headers, smtp_inbox, runner):

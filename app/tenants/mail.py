@@ -1,6 +1,7 @@
 """Key delivery by email (SPEC.md, Authentication 3)."""
 import logging
 import smtplib
+import ssl
 from email.message import EmailMessage
 
 from flask import current_app
@@ -35,7 +36,10 @@ def send_api_key(email, plan, api_key, signing_secret):
         with smtplib.SMTP(config["SMTP_HOST"], config["SMTP_PORT"],
                           timeout=config["SMTP_TIMEOUT"]) as smtp:
             if config["SMTP_STARTTLS"]:
-                smtp.starttls()
+                # The message holds the key and the signing secret: TLS to a server whose
+                # certificate is checked (the system's CAs, or SSL_CERT_FILE). smtplib's own
+                # default context checks nothing, so anyone on the path could read them.
+                smtp.starttls(context=ssl.create_default_context())
             if config["SMTP_USERNAME"]:
                 smtp.login(config["SMTP_USERNAME"], config["SMTP_PASSWORD"] or "")
             smtp.send_message(message)
