@@ -77,5 +77,6 @@ class WebhookDeliveries:
             attempts.add_metric([outcome], count)
         yield attempts
         yield GaugeMetricFamily("intentgate_webhook_oldest_pending_seconds",
-                                "Age of the oldest webhook attempt due and not yet made",
+                                "Age of the oldest webhook attempt due and not yet made "
+                                "(an event no worker has taken yet counts from when raised)",
                                 value=oldest_pending)

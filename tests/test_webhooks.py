@@ -9,10 +9,11 @@ from intentgate import verify_webhook
 from sqlalchemy import update
 from standardwebhooks import Webhook, WebhookVerificationError
 
+from app.clock import now_seconds
 from app.extensions import db
 from app.sql import unit_of_work
 from app.webhooks import delivery
-from app.webhooks.models import WebhookEndpoint
+from app.webhooks.models import WebhookEndpoint, WebhookEvent
 from tests.receivers import Receiver
 from tests.support import assert_envelope
 
@@ -398,3 +399,19 @@ def test_metrics_count_attempts_by_outcome_and_the_oldest_pending_one(app, clien
     assert 'intentgate_webhook_attempts{outcome="failed"} 2.0' in text
     assert 'intentgate_webhook_attempts{outcome="delivered"} 0.0' in text
     assert "intentgate_webhook_oldest_pending_seconds 0.0" in text
+
+
+def test_the_oldest_pending_age_counts_events_no_worker_has_taken_yet(app, client, tenant,
+                                                                      leak_watch):
+    """With no delivery worker running at all, events wait in the outbox and no attempt row
+    exists: the age the alert watches must grow all the same."""
+    app.config.update(METRICS_ENABLED=True)
+    created = _create(client, tenant, "http://127.0.0.1:9/hooks", leak_watch,
+                      events=["usage.threshold"])
+    client.post(f"/v1/tenant/webhooks/{created['id']}/test", headers=tenant.headers)
+    with app.app_context(), unit_of_work():
+        db.session.execute(update(WebhookEvent).values(created_at=now_seconds() - 600))
+    text = client.get("/metrics").get_data(as_text=True)
+    (age,) = [float(line.split()[1]) for line in text.splitlines()
+              if line.startswith("intentgate_webhook_oldest_pending_seconds ")]
+    assert 600 <= age < 660  # not 0

@@ -169,7 +169,9 @@ def purge_deliveries(cutoff):
 
 def delivery_stats(now):
     """For /metrics: attempts kept (30 days) by outcome, and the age in seconds of the oldest
-    attempt that is due and not yet made (0 when none is)."""
+    attempt that is due and not yet made (0 when none is). An event no worker has fanned out
+    yet is such an attempt too, due since it was raised: with no worker running at all there
+    are no attempt rows, and that is the outage the age must show."""
     made = db.session.execute(
         select(WebhookDelivery.delivered, WebhookDelivery.next_attempt_at.is_(None), func.count())
         .where(WebhookDelivery.at.is_not(None))
@@ -177,7 +179,11 @@ def delivery_stats(now):
     outcomes = {"delivered": 0, "retried": 0, "failed": 0}
     for delivered, last, count in made:
         outcomes["delivered" if delivered else "failed" if last else "retried"] += count
-    oldest = db.session.execute(
+    oldest_attempt = db.session.execute(
         select(func.min(WebhookDelivery.scheduled_at))
         .where(WebhookDelivery.at.is_(None), WebhookDelivery.scheduled_at <= now)).scalar()
-    return outcomes, 0 if oldest is None else now - oldest
+    oldest_event = db.session.execute(
+        select(func.min(WebhookEvent.created_at))
+        .where(WebhookEvent.dispatched_at.is_(None))).scalar()
+    due = [since for since in (oldest_attempt, oldest_event) if since is not None]
+    return outcomes, max(0, now - min(due)) if due else 0
