@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 from standardwebhooks import Webhook, WebhookVerificationError
 
 from app.clock import billing_period
@@ -17,7 +17,7 @@ from app.sql import unit_of_work
 from app.tenants.models import MonthlyUsage
 from app.webhooks import delivery
 from app.webhooks.models import WebhookDelivery, WebhookEvent
-from tests.conftest import ENCRYPTION_KEY, TEST_REDIS_URL
+from tests.conftest import ENCRYPTION_KEY, TEST_DATABASE_URL, TEST_REDIS_URL
 from tests.receivers import DeliveryWorker, Receiver
 from tests.servers import GunicornServer
 
@@ -102,6 +102,35 @@ def test_sigterm_finishes_the_attempt_in_flight(app, client, tenant, workers, le
         assert worker.process.wait(30) == 0
     assert _attempts(app, tenant) == [(event_id, 1, True)]
     assert len(receiver.requests) == 1
+
+
+def test_a_worker_waits_out_a_database_that_drops_its_connections(
+        app, client, tenant, workers, environment, leak_watch):
+    """A PostgreSQL restart or failover ends every connection: the worker must go on with new
+    ones, as gunicorn's workers do, not exit and leave the outbox undelivered."""
+    if not TEST_DATABASE_URL:
+        pytest.skip("needs PostgreSQL (TEST_DATABASE_URL) to end a worker's connections")
+    name = "webhook-worker-" + uuid.uuid4().hex[:8]
+    separator = "&" if "?" in environment["DATABASE_URL"] else "?"
+    environment["DATABASE_URL"] += f"{separator}application_name={name}"
+    with Receiver() as receiver:
+        webhook_id = _endpoint(client, tenant, receiver.url, leak_watch)
+        worker = workers()
+        client.post(f"/v1/tenant/webhooks/{webhook_id}/test", headers=tenant.headers)
+        assert len(receiver.wait_for(1, timeout=30)) == 1
+        with app.app_context():
+            ended = db.session.execute(text(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE application_name = :name"), {"name": name}).scalar()
+            db.session.rollback()
+        assert ended >= 1
+        event_id = client.post(f"/v1/tenant/webhooks/{webhook_id}/test",
+                               headers=tenant.headers).get_json()["event_id"]
+        requests_ = receiver.wait_for(2, timeout=30)
+        assert worker.process.poll() is None, "the worker exited"
+        assert worker.stop() == 0
+    assert requests_[-1]["headers"]["webhook-id"] == event_id
+    assert "database unavailable" in worker.log_path.read_text()
 
 
 def test_two_workers_on_one_outbox_make_each_attempt_once(app, client, tenant, workers,

@@ -17,9 +17,11 @@ import time
 
 from flask import current_app
 from sqlalchemy import and_, literal, not_, exists, or_, select, update
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from app import crypto
 from app.clock import now_seconds
+from app.errors import database_failure
 from app.extensions import db
 from app.sql import unit_of_work
 from app.tenants.models import ApiKey
@@ -35,6 +37,8 @@ DAY = 86400
 EXPIRY_NOTICES = (("7d", 7 * DAY, DAY), ("1d", DAY, 0))
 DISPATCH_BATCH = 100
 UNSEALABLE = "the delivery worker cannot unseal the endpoint's secret"
+# Seconds between tries while the database does not answer: doubled each time, up to the most.
+DATABASE_RETRY_FIRST, DATABASE_RETRY_MAX = 1, 30
 
 
 def dispatch(now):
@@ -187,21 +191,35 @@ def deliver_due(config, now=None):
 
 def run(stopping):
     """The worker's loop, until `stopping` (a threading.Event) is set: an attempt in flight is
-    finished first, so SIGTERM never cuts one short."""
+    finished first, so SIGTERM never cuts one short.
+
+    A database that fails (a restart, a failover, an outage) is waited out, as the service's
+    own workers wait it out: the worker says so, pauses, and goes on with a new connection.
+    Exiting would leave the outbox undelivered wherever nothing restarts the worker (the
+    compose stack, deploy/run-local.sh). Each step is its own transaction, so a step cut short
+    wrote nothing; an attempt made but not recorded is made again when its lease runs out."""
     config = current_app.config
     next_sweep = 0.0
+    pause = DATABASE_RETRY_FIRST
     log.info("webhook worker started")
     while not stopping.is_set():
-        if time.monotonic() >= next_sweep:
-            raise_expiring_keys(now_seconds())
-            next_sweep = time.monotonic() + config["WEBHOOK_SWEEP_SECONDS"]
-        busy = dispatch(now_seconds())
-        claimed = None if stopping.is_set() else claim(now_seconds(),
-                                                       config["WEBHOOK_LEASE_SECONDS"])
-        if claimed is not None:
-            attempt, endpoint, event, token = claimed
-            record(attempt, token, attempt_once(attempt, endpoint, event, config), config,
-                   now_seconds())
-        elif not busy:
-            stopping.wait(config["WEBHOOK_POLL_SECONDS"])
+        try:
+            if time.monotonic() >= next_sweep:
+                raise_expiring_keys(now_seconds())
+                next_sweep = time.monotonic() + config["WEBHOOK_SWEEP_SECONDS"]
+            busy = dispatch(now_seconds())
+            claimed = None if stopping.is_set() else claim(now_seconds(),
+                                                           config["WEBHOOK_LEASE_SECONDS"])
+            if claimed is not None:
+                attempt, endpoint, event, token = claimed
+                record(attempt, token, attempt_once(attempt, endpoint, event, config), config,
+                       now_seconds())
+            elif not busy:
+                stopping.wait(config["WEBHOOK_POLL_SECONDS"])
+            pause = DATABASE_RETRY_FIRST
+        except (OperationalError, InterfaceError) as exc:
+            log.error("webhook worker: database unavailable, trying again in %s s", pause,
+                      extra=database_failure(exc))
+            stopping.wait(pause)
+            pause = min(pause * 2, DATABASE_RETRY_MAX)
     log.info("webhook worker stopped")
