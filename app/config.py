@@ -4,6 +4,7 @@ Every setting has a typed parser; a bad value stops start-up with a message nami
 so a misconfigured worker never comes up half-working.
 """
 import os
+import re
 import sys
 from contextlib import contextmanager
 from urllib.parse import parse_qs, urlsplit
@@ -262,10 +263,18 @@ def validate(config):
         check_key_ring(key)
 
 
+# A Fernet key exactly: 32 bytes in url-safe base64. Fernet's own check decodes leniently,
+# dropping what is not base64 and whatever follows the padding, so "new;old" or "new old" (a
+# ring with the wrong separator) would pass as the key "new" alone, the old key silently lost.
+FERNET_KEY = re.compile(r"[A-Za-z0-9_-]{43}=")
+
+
 def check_key_ring(ring_text):
     """One Fernet key, or several separated by commas: the first seals, all unseal."""
     for position, key in enumerate(ring_text.split(","), start=1):
         try:
+            if not FERNET_KEY.fullmatch(key.strip()):
+                raise ValueError("not a Fernet key")
             Fernet(key.strip())
         except ValueError:
             which = "" if "," not in ring_text else f": key {position} of the ring is not one"

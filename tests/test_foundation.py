@@ -2,12 +2,15 @@
 import json
 
 import pytest
+from cryptography.fernet import Fernet
 from sqlalchemy.engine import make_url
 
 from app import config, create_app
 from app.config import ConfigError
 from tests.conftest import TEST_DATABASE_URL
 from tests.support import assert_envelope
+
+KEY_NEW, KEY_OLD = Fernet.generate_key().decode(), Fernet.generate_key().decode()
 
 
 def test_default_config_is_not_testing(monkeypatch, tmp_path):
@@ -38,6 +41,12 @@ def test_default_config_is_not_testing(monkeypatch, tmp_path):
         ("REDIS_URL", "127.0.0.1:6379", "REDIS_URL must be a redis://"),
         ("REDIS_URL", "redis:///0", "REDIS_URL must name a host"),
         ("SECRET_ENCRYPTION_KEY", "not-a-key", "SECRET_ENCRYPTION_KEY must be a Fernet key"),
+        # A ring with the wrong separator: Fernet alone would take it as its first key.
+        ("SECRET_ENCRYPTION_KEY", f"{KEY_NEW};{KEY_OLD}", "SECRET_ENCRYPTION_KEY must be a "
+                                                          "Fernet key"),
+        ("SECRET_ENCRYPTION_KEY", f"{KEY_NEW} {KEY_OLD}", "SECRET_ENCRYPTION_KEY must be a "
+                                                          "Fernet key"),
+        ("SECRET_ENCRYPTION_KEY", f"{KEY_NEW},{KEY_OLD}x", "key 2 of the ring is not one"),
         ("RATE_LIMIT_CAPACITY", "0", "RATE_LIMIT_CAPACITY must be between 1"),
         ("AUTH_FAILURE_LIMIT", "lots", "AUTH_FAILURE_LIMIT must look like '20 per minute'"),
         ("DEPLOYMENT_MODE", "staging", "DEPLOYMENT_MODE must be 'local' or 'production'"),
