@@ -2,6 +2,8 @@
 SSRF rules, rotation, usage alerts; delivered to a real receiver over HTTP by the worker's own
 functions (tests/test_multiprocess_webhooks.py runs the worker as processes)."""
 import json
+import re
+from pathlib import Path
 
 import pytest
 from cryptography.fernet import Fernet
@@ -12,9 +14,10 @@ from standardwebhooks import Webhook, WebhookVerificationError
 from app.clock import now_seconds
 from app.extensions import db
 from app.sql import unit_of_work
-from app.webhooks import delivery
+from app.webhooks import delivery, events
 from app.webhooks.models import WebhookEndpoint, WebhookEvent
 from tests.receivers import Receiver
+from tests.servers import ROOT
 from tests.support import assert_envelope
 
 NOT_ENCODED = "url's path and query must be percent-encoded (no spaces or non-ASCII characters)"
@@ -278,6 +281,24 @@ def test_unknown_event_types_are_refused(client, tenant):
     body = assert_envelope(client.post("/v1/tenant/webhooks", headers=tenant.headers, json={
         "url": "https://93.184.215.14/x", "events": ["usage.thresholds"]}), 400)
     assert "events" in body["details"]
+
+
+@pytest.mark.parametrize("event_type", ["audit.key.created", "audit.api_key.create",
+                                        "api_key.created", "audit.anything.at_all"])
+def test_an_audit_action_the_log_never_records_is_refused(client, tenant, event_type):
+    """A misspelt audit action would be a subscription that never receives anything."""
+    body = assert_envelope(client.post("/v1/tenant/webhooks", headers=tenant.headers, json={
+        "url": "https://93.184.215.14/x", "events": [event_type]}), 400)
+    assert "events" in body["details"]
+
+
+def test_every_audit_action_recorded_is_one_an_endpoint_may_subscribe_to():
+    source = "\n".join(path.read_text() for path in Path(ROOT, "app").rglob("*.py"))
+    recorded = set(re.findall(r'audit\.record\(\s*[\w.]+,\s*"([a-z_.]+)"', source))
+    recorded |= set(re.findall(r'"([a-z_]+\.[a-z_]+)" if active else "([a-z_]+\.[a-z_]+)"',
+                               source)[0])
+    assert len(recorded) == len(events.AUDIT_ACTIONS)
+    assert recorded == set(events.AUDIT_ACTIONS)
 
 
 def test_usage_alerts_default_and_set(client, tenant):

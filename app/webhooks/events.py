@@ -24,6 +24,15 @@ AUDIT_PREFIX = "audit."
 AUDIT_ANY = "audit.*"
 # What an endpoint may subscribe to; "audit.*" is every audit-log entry, "audit.<action>" one.
 SUBSCRIBABLE = (USAGE_THRESHOLD, API_KEY_EXPIRING, AUDIT_ANY)
+# Every action the audit log records (app.tenants.audit.record refuses any other), so that a
+# subscription to a misspelt one ("audit.key.created") is refused, not left silent forever.
+AUDIT_ACTIONS = (
+    "tenant.created", "tenant.activated", "tenant.deactivated", "plan.changed",
+    "api_key.created", "api_key.revoked", "api_key.rotated",
+    "signing_secret.rotated", "signing_key.added", "signing_key.revoked",
+    "signature_scheme.changed", "usage_alerts.changed",
+    "webhook.created", "webhook.deleted", "webhook.secret_rotated",
+)
 DEFAULT_THRESHOLDS = (80, 100)
 
 
