@@ -140,6 +140,11 @@ def from_environment(instance_path):
         "REQUIRE_TLS": _flag("REQUIRE_TLS", None),  # unset: on in production (see validate)
         "METRICS_ENABLED": _flag("METRICS_ENABLED", False),
         "MAX_CONTENT_LENGTH": 64 * 1024,
+        # How long a request-path statement may wait for PostgreSQL's answer before it is cut
+        # (503): above the 5 s a statement may wait for a lock (app.database.LOCK_TIMEOUT), and
+        # short enough that a generate whose context store took its whole deadline still
+        # answers before gunicorn's worker timeout; capped by SPEC.md's 30 s request budget.
+        "DATABASE_STATEMENT_SECONDS": 10.0,
         # Webhooks (app/webhooks): private addresses and http:// for development and tests only.
         "WEBHOOK_ALLOW_PRIVATE_ADDRESSES": _flag("WEBHOOK_ALLOW_PRIVATE_ADDRESSES", False),
         "WEBHOOK_CONNECT_TIMEOUT": _number("WEBHOOK_CONNECT_TIMEOUT", 5.0),

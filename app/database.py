@@ -14,6 +14,7 @@ unit of work has several statements. Nothing stays in a database session between
 """
 import logging
 import re
+import time
 from collections import namedtuple
 from contextlib import contextmanager
 
@@ -21,6 +22,7 @@ from flask import current_app, g
 from sqlalchemy import create_engine, event
 from sqlalchemy.dialects import postgresql, sqlite
 
+from app import statement_deadline
 from app.errors import Unavailable, database_failure
 
 log = logging.getLogger(__name__)
@@ -29,6 +31,9 @@ UNAVAILABLE_TEXT = "service temporarily unavailable"
 # How long a request-path statement waits for a lock before it gives up (a 503 that leaves
 # nothing written): well inside SPEC.md's 30 s request budget.
 LOCK_TIMEOUT = "5s"
+# SPEC.md's request timeout: a statement still unanswered when it has passed, or after
+# DATABASE_STATEMENT_SECONDS, is cut and the request answered 503 (app.statement_deadline).
+REQUEST_SECONDS = 30
 
 
 class Statement:
@@ -55,7 +60,7 @@ class Statement:
 class Database:
     """The request path's engine (autocommit) and its statements, decided once per app."""
 
-    def __init__(self, url, engine_options):
+    def __init__(self, url, engine_options, statement_seconds=None):
         options = dict(engine_options)
         self.dialect_name = url.split(":", 1)[0].split("+", 1)[0]
         if self.dialect_name == "sqlite":
@@ -73,6 +78,8 @@ class Database:
         # PostgreSQL runs a unit of several writes (the gate) as one function call, its own
         # transaction; SQLite runs its statements inside BEGIN IMMEDIATE.
         self.composes_writes = self.dialect_name == "postgresql"
+        # PostgreSQL's answers come over a socket that may stop answering; SQLite's do not.
+        self.statement_seconds = statement_seconds if self.dialect_name == "postgresql" else None
         self._statements = {}
 
     def insert(self, table):
@@ -177,7 +184,8 @@ def _sqlite_connect(dbapi_connection, _record):
 
 
 def init_app(app, engine_options):
-    app.extensions["database"] = Database(app.config["SQLALCHEMY_DATABASE_URI"], engine_options)
+    app.extensions["database"] = Database(app.config["SQLALCHEMY_DATABASE_URI"], engine_options,
+                                          app.config["DATABASE_STATEMENT_SECONDS"])
     app.teardown_request(_release)
 
 
@@ -246,7 +254,7 @@ def _rows(statement, params):
     values = {**statement.defaults, **params} if statement.defaults else params
     cursor = connection.cursor()
     try:
-        cursor.execute(statement.sql, values)
+        _execute(connection, cursor, statement.sql, values)
         description = cursor.description
         rows = cursor.fetchall() if description is not None else None
     except Exception as exc:  # noqa: BLE001 - _unavailable re-raises what is not the database's
@@ -288,8 +296,24 @@ def transaction(single_statement=False):
 def _run(connection, sql):
     cursor = connection.cursor()
     try:
-        cursor.execute(sql)
+        _execute(connection, cursor, sql)
     except Exception as exc:  # noqa: BLE001 - _unavailable re-raises what is not the database's
         cursor.close()
         _unavailable(exc, connection)
     cursor.close()
+
+
+def _execute(connection, cursor, *statement):
+    """cursor.execute(*statement), cut (a disconnect: the 503) when PostgreSQL has not answered
+    within DATABASE_STATEMENT_SECONDS or by the end of the request's budget, if that is sooner."""
+    seconds = current().statement_seconds
+    if seconds is None:
+        return cursor.execute(*statement)
+    started = g.get("request_started")  # app.http, on time.perf_counter's clock
+    if started is not None:
+        seconds = min(seconds, max(started + REQUEST_SECONDS - time.perf_counter(), 0.0))
+    statement_deadline.start(connection, seconds)
+    try:
+        return cursor.execute(*statement)
+    finally:
+        statement_deadline.stop()

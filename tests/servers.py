@@ -5,6 +5,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -93,3 +94,48 @@ class GunicornServer:
         wanted = set(request_ids)
         return {record["pid"] for record in self.log_records()
                 if record.get("logger") == "app.access" and record.get("request_id") in wanted}
+
+
+class FreezableProxy:
+    """A TCP proxy in front of a server (PostgreSQL) that can stop passing bytes while keeping
+    every connection open: a server that has stopped answering, as a paused PgBouncer, a hung
+    primary or a network dropping packets look to a client."""
+
+    def __init__(self, host, port):
+        self.target = (host, port)
+        self.port = free_port()
+        self._thawed = threading.Event()
+        self._thawed.set()
+        self._listener = socket.create_server(("127.0.0.1", self.port))
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def freeze(self):
+        self._thawed.clear()
+
+    def thaw(self):
+        self._thawed.set()
+
+    def close(self):
+        self.thaw()
+        self._listener.close()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return  # closed
+            upstream = socket.create_connection(self.target)
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pass, args=(source, sink), daemon=True).start()
+
+    def _pass(self, source, sink):
+        try:
+            while data := source.recv(65536):
+                self._thawed.wait()
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            source.close()
+            sink.close()

@@ -1,5 +1,7 @@
 """Config, request ids, the error envelope, health."""
 import json
+import threading
+import time
 
 import pytest
 from cryptography.fernet import Fernet
@@ -8,6 +10,7 @@ from sqlalchemy.engine import make_url
 from app import config, create_app
 from app.config import ConfigError
 from tests.conftest import TEST_DATABASE_URL
+from tests.servers import FreezableProxy
 from tests.support import assert_envelope
 
 KEY_NEW, KEY_OLD = Fernet.generate_key().decode(), Fernet.generate_key().decode()
@@ -101,6 +104,38 @@ def test_health_is_503_when_the_database_is_gone(settings, migrated, tmp_path):
     body = assert_envelope(response, 503, "service unavailable")
     assert body["status"] == "unavailable"
     assert body["checks"]["database"] == "unavailable"
+
+
+def test_a_database_that_stops_answering_is_a_503_within_the_statement_deadline(
+        settings, migrated):
+    """libpq waits in C with no timeout: without a deadline the request would hang until
+    gunicorn killed the worker (no answer at all), here until the proxy thaws."""
+    if not TEST_DATABASE_URL:
+        pytest.skip("a database reached over a socket (TEST_DATABASE_URL)")
+    url = make_url(TEST_DATABASE_URL)
+    proxy = FreezableProxy(url.host or "127.0.0.1", url.port or 5432)
+    settings["SQLALCHEMY_DATABASE_URI"] = url.set(
+        host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+    settings["DATABASE_STATEMENT_SECONDS"] = 1
+    client = create_app(settings).test_client()
+    try:
+        assert client.get("/health").status_code == 200  # a pooled connection, open
+        proxy.freeze()
+        answers = []
+        asking = threading.Thread(target=lambda: answers.append(client.get("/health")))
+        started = time.monotonic()
+        asking.start()
+        asking.join(timeout=10)
+        waited = time.monotonic() - started
+        proxy.thaw()
+        asking.join(timeout=30)
+        body = assert_envelope(answers[0], 503, "service unavailable")
+        assert body["checks"]["database"] == "unavailable"
+        assert waited < 5, waited
+        # The pool was dropped with the cut connection: the next request reconnects.
+        assert client.get("/health").status_code == 200
+    finally:
+        proxy.close()
 
 
 def test_a_database_failure_is_logged_with_its_cause_and_never_the_password(settings, migrated,
