@@ -173,10 +173,18 @@ def test_keys_made_before_scopes_keep_every_scope_and_duplicate_public_keys_go(
             " ORDER BY id LIMIT 1"), {"tenant": tenant_id}).one()
         assert entry == ("signing_key.revoked", "cli",
                          '{"duplicate_of": "sk_first", "key_id": "sk_again"}')
+    narrow = client.post("/v1/tenant/keys", headers=headers,
+                         json={"name": "backend", "scopes": ["intents"]}).get_json()
+    leak_watch.add(narrow["api_key"])
+    with app.app_context():
         db.session.remove()
         downgrade(revision=BEFORE_SCOPES)
-        columns = [column["name"] for column in inspect(db.engine).get_columns("api_keys")]
-        assert "scopes" not in columns
+        # The previous release makes a key of its own, not knowing scopes.
+        db.session.execute(text(
+            "INSERT INTO api_keys (tenant_id, id, name, key_digest, prefix, created_at)"
+            " VALUES (:tenant, 'ak_old_release', 'old', :digest, 'key_live_000000', 1)"),
+            {"tenant": tenant_id, "digest": "0" * 64})
+        db.session.commit()
         if TEST_DATABASE_URL:  # the previous release's key lookup is back, and finds the key
             found = db.session.execute(text(
                 "SELECT id FROM intentgate_tenant_by_key_digest(:digest, :period, 0)"),
@@ -187,6 +195,14 @@ def test_keys_made_before_scopes_keep_every_scope_and_duplicate_public_keys_go(
         db.session.remove()
         db.engine.dispose()
     assert client.get("/v1/tenant/usage", headers=headers).status_code == 200
+    # Back up, a key narrowed to intents holds intents alone, not every scope: the downgrade
+    # kept what it could. The old release's key held every power, and keeps it.
+    scopes = {key["id"]: key["scopes"]
+              for key in client.get("/v1/tenant/keys", headers=headers).get_json()["keys"]}
+    assert scopes[narrow["id"]] == ["intents"]
+    assert len(scopes["ak_old_release"]) == 5
+    assert client.post("/v1/tenant/keys", headers={"X-Service-Key": narrow["api_key"]},
+                       json={"name": "escalated"}).status_code == 403
     app.extensions["database"].engine.dispose()
 
 

@@ -12,8 +12,11 @@ created again, in one transaction with the column).
 A tenant could register the same public key twice (base64 and PEM, or a retried POST), and
 revoking one entry left the key verifying. Registration now refuses a second entry; this revokes
 the newer duplicates already stored, each with an entry in its tenant's audit log (actor `cli`),
-leaving the oldest. The downgrade drops the column and restores the previous function; revoked
-duplicates stay revoked (the key itself still verifies through the oldest entry).
+leaving the oldest. The downgrade restores the previous function and keeps the column, nullable
+(the previous release neither reads nor writes it): dropping it made the next upgrade give every
+key, one narrowed to `intents` included, every scope. The upgrade then fills in only the keys
+made meanwhile, which the previous release gave every power. Revoked duplicates stay revoked
+(the key itself still verifies through the oldest entry).
 """
 import json
 import time
@@ -68,9 +71,12 @@ $function$"""
 
 
 def upgrade():
-    with op.batch_alter_table("api_keys") as batch_op:
-        batch_op.add_column(sa.Column("scopes", sa.String(100), nullable=True))
-    op.execute(f"UPDATE api_keys SET scopes = '{ALL_SCOPES}'")
+    # A downgrade keeps the column: the scopes it holds stay what they were.
+    if "scopes" not in {column["name"] for column in sa.inspect(op.get_bind()).get_columns(
+            "api_keys")}:
+        with op.batch_alter_table("api_keys") as batch_op:
+            batch_op.add_column(sa.Column("scopes", sa.String(100), nullable=True))
+    op.execute(f"UPDATE api_keys SET scopes = '{ALL_SCOPES}' WHERE scopes IS NULL")
     with op.batch_alter_table("api_keys") as batch_op:
         batch_op.alter_column("scopes", existing_type=sa.String(100), nullable=False)
     if op.get_bind().dialect.name == "postgresql":
@@ -114,4 +120,4 @@ def downgrade():
         op.execute("DROP FUNCTION intentgate_tenant_by_key_digest(text, text, bigint)")
         op.execute(PREVIOUS_KEY_LOOKUP_FUNCTION)
     with op.batch_alter_table("api_keys") as batch_op:
-        batch_op.drop_column("scopes")
+        batch_op.alter_column("scopes", existing_type=sa.String(100), nullable=True)
