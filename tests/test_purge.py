@@ -1,9 +1,10 @@
 """flask intents purge: expired intents and their replay records go, live ones stay."""
 import time_machine
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 
 from app.extensions import db
 from app.intents.models import IdempotencyRecord, Intent, SeenResponse
+from app.webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookEvent
 from tests.support import scale_response
 
 
@@ -68,3 +69,42 @@ def test_purge_keeps_intents_inside_the_margin(runner, client, tenant):
     with time_machine.travel(1_700_000_000 + 3600, tick=False):
         result = runner.invoke(args=["intents", "purge", "--older-than", "7200"])
     assert "done: 0 intents" in result.output and _count(client.application, Intent) == 1
+
+
+def test_every_purge_deletes_in_bounded_batches(runner, client, tenant):
+    """Idempotency records (one per SDK verify: a day's traffic) and webhook deliveries go in
+    transactions of at most --batch-size rows, like the intents, never in one DELETE."""
+    with client.application.app_context():
+        for n in range(5):
+            db.session.add(IdempotencyRecord(
+                owner=f"tenant:{tenant.tenant_id}", idempotency_key=f"k{n}", body_digest="0" * 64,
+                cleared=True, created_at=1_700_000_000))
+        db.session.add(WebhookEndpoint(
+            tenant_id=tenant.tenant_id, id="we_1", url="https://a.example", events="*",
+            secret_sealed="x", created_at=1_700_000_000))
+        db.session.flush()
+        for n in range(5):
+            db.session.add(WebhookEvent(
+                tenant_id=tenant.tenant_id, id=f"msg_{n}", type="webhook.test", data="{}",
+                created_at=1_700_000_000, dispatched_at=1_700_000_000))
+            db.session.add(WebhookDelivery(
+                tenant_id=tenant.tenant_id, id=f"whd_{n}", endpoint_id="we_1",
+                event_id=f"msg_{n}", attempt=1, scheduled_at=1_700_000_000, at=1_700_000_000))
+        db.session.commit()
+        deleted = []
+
+        def count_deletes(conn, cursor, statement, parameters, context, executemany):
+            if statement.lstrip().upper().startswith("DELETE"):
+                deleted.append(cursor.rowcount)
+
+        event.listen(db.engine, "after_cursor_execute", count_deletes)
+        try:
+            result = runner.invoke(args=["intents", "purge", "--batch-size", "2"])
+        finally:
+            event.remove(db.engine, "after_cursor_execute", count_deletes)
+    assert result.exit_code == 0, result.output
+    assert "done: 0 intents and 5 idempotency records deleted" in result.output
+    assert "webhooks: 5 delivery attempts and 5 events deleted" in result.output
+    assert max(deleted) == 2 and sum(deleted) == 15
+    assert _count(client.application, IdempotencyRecord) == 0
+    assert _count(client.application, WebhookEvent) == 0

@@ -17,8 +17,9 @@ intents = AppGroup("intents", help="Maintain issued intents.")
 @click.option("--batch-size", type=click.IntRange(1, 100_000), default=1000, show_default=True)
 @one_line_errors
 def purge(retention, batch_size):
-    """Delete intents (and their replay records) expired longer ago than the margin, and
-    webhook deliveries older than 30 days."""
+    """Delete intents (and their replay records) expired longer ago than the margin,
+    idempotency records past their 24 h, and webhook deliveries older than 30 days: each in
+    transactions of at most --batch-size rows, so it is safe to interrupt and run again."""
     cutoff, purged = now_seconds() - retention, 0
     while True:
         with unit_of_work():  # one transaction a batch: no long lock on a large table
@@ -27,9 +28,21 @@ def purge(retention, batch_size):
             break
         purged += deleted
         click.echo(f"purged {purged} intents")
-    with unit_of_work():
-        stale = service.purge_idempotency_records()
+    stale = _in_batches(lambda: (service.purge_idempotency_records(batch_size),))[0]
     click.echo(f"done: {purged} intents and {stale} idempotency records deleted")
-    with unit_of_work():  # webhook deliveries are kept 30 days, and purged with the intents
-        attempts, events = webhooks.purge_deliveries(now_seconds() - webhooks.RETENTION)
+    # Webhook deliveries are kept 30 days, and purged with the intents.
+    cutoff = now_seconds() - webhooks.RETENTION
+    attempts, events = _in_batches(lambda: webhooks.purge_deliveries(cutoff, batch_size))
     click.echo(f"webhooks: {attempts} delivery attempts and {events} events deleted")
+
+
+def _in_batches(purge_batch):
+    """Run `purge_batch` (it returns counts) one transaction at a time until it deletes
+    nothing; return the sums."""
+    totals = None
+    while True:
+        with unit_of_work():
+            counts = purge_batch()
+        totals = counts if totals is None else tuple(map(sum, zip(totals, counts)))
+        if not any(counts):
+            return totals

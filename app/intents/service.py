@@ -133,10 +133,17 @@ def purge_expired_intents(cutoff, batch_size):
     return len(expired)
 
 
-def purge_idempotency_records():
-    """Delete idempotency records past their 24 h window; return how many."""
-    return db.session.execute(
-        delete(IdempotencyRecord).where(
-            IdempotencyRecord.created_at < now_seconds() - IDEMPOTENCY_WINDOW
-        )
-    ).rowcount
+def purge_idempotency_records(batch_size):
+    """Delete up to `batch_size` idempotency records past their 24 h window; return how many
+    (0 when none is left). Every SDK verify writes one, so a day's worth can be the size of a
+    day's traffic: one DELETE of them all would be one long transaction."""
+    stale = db.session.execute(
+        select(IdempotencyRecord.owner, IdempotencyRecord.idempotency_key)
+        .where(IdempotencyRecord.created_at < now_seconds() - IDEMPOTENCY_WINDOW)
+        .limit(batch_size)
+    ).all()
+    if stale:
+        db.session.execute(delete(IdempotencyRecord).where(tuple_(
+            IdempotencyRecord.owner, IdempotencyRecord.idempotency_key).in_(
+                [tuple(row) for row in stale])))
+    return len(stale)

@@ -4,7 +4,7 @@ import logging
 import secrets as random
 
 from flask import current_app
-from sqlalchemy import and_, func, select
+from sqlalchemy import and_, func, select, tuple_
 
 from app import crypto
 from app.clock import now_seconds
@@ -152,19 +152,27 @@ def set_usage_alerts(tenant_id, thresholds):
 RETENTION = 30 * 86400  # deliveries are kept 30 days (CONTRACT.md, Webhooks)
 
 
-def purge_deliveries(cutoff):
-    """Delete attempts made before `cutoff`, then the dispatched events older than it that no
-    attempt refers to any more; return (attempts, events) deleted."""
-    attempts = db.session.execute(
-        WebhookDelivery.__table__.delete().where(WebhookDelivery.at < cutoff)).rowcount
+def purge_deliveries(cutoff, batch_size):
+    """Delete up to `batch_size` attempts made before `cutoff`, then up to `batch_size`
+    dispatched events older than it that no attempt refers to any more; return (attempts,
+    events) deleted, (0, 0) when none is left."""
+    made = db.session.execute(
+        select(WebhookDelivery.tenant_id, WebhookDelivery.id)
+        .where(WebhookDelivery.at < cutoff).limit(batch_size)).all()
+    if made:
+        db.session.execute(WebhookDelivery.__table__.delete().where(tuple_(
+            WebhookDelivery.tenant_id, WebhookDelivery.id).in_([tuple(row) for row in made])))
     referred = select(WebhookDelivery.event_id).where(
         WebhookDelivery.tenant_id == WebhookEvent.tenant_id,
         WebhookDelivery.event_id == WebhookEvent.id)
     old_events = db.session.execute(
-        WebhookEvent.__table__.delete().where(
+        select(WebhookEvent.tenant_id, WebhookEvent.id).where(
             WebhookEvent.created_at < cutoff, WebhookEvent.dispatched_at.is_not(None),
-            ~referred.exists())).rowcount
-    return attempts, old_events
+            ~referred.exists()).limit(batch_size)).all()
+    if old_events:
+        db.session.execute(WebhookEvent.__table__.delete().where(tuple_(
+            WebhookEvent.tenant_id, WebhookEvent.id).in_([tuple(row) for row in old_events])))
+    return len(made), len(old_events)
 
 
 def delivery_stats(now):
