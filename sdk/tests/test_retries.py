@@ -295,3 +295,22 @@ def test_a_success_status_without_a_json_object_is_a_service_error(httpserver, b
         _client(httpserver, Sleeps()).generate("sdk-user-token")
     assert failed.value.message == "the service answered 200 without a JSON object"
     assert (failed.value.status, failed.value.request_id) == (200, "rid-proxy")
+
+
+@pytest.mark.parametrize("reply", [
+    # Cut off short of its Content-Length, and short of its last chunk.
+    b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 90\r\n\r\n{"cleared"',
+    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    b'9\r\n{"cleared"\r\n',
+], ids=["content-length", "chunked"])
+def test_an_answer_cut_off_mid_body_is_a_network_failure_and_retried(raw_server, reply):
+    """The lost answer that verify's retries exist for, not requests' ChunkedEncodingError."""
+    server = raw_server(reply)
+    sleeps = Sleeps()
+    with pytest.raises(ServiceError, match="network failure: ChunkedEncodingError") as raised:
+        _raw_client(server.url, sleeps).verify("sha256:" + "a" * 64, {"match_id": "m"})
+    assert server.connections == 4 and sleeps == [0.5, 1.0, 2.0]
+    assert raised.value.maybe_sent is True
+    with pytest.raises(ServiceError):
+        _raw_client(server.url, sleeps).rotate_key()  # it may have rotated: not retried
+    assert server.connections == 5

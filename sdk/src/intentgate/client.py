@@ -26,6 +26,14 @@ from intentgate.models import IntentSignature, KeyRotation, Usage, VerificationR
 from intentgate.signing import ScaleResponse, jcs_number
 
 QUOTA_TEXT = "monthly verification limit reached"
+# What requests raises when the network fails, before or during the answer. An answer cut off
+# mid-body (a reset, a connection closed short of its Content-Length or last chunk) is
+# ChunkedEncodingError, and a body that does not decompress ContentDecodingError: neither is a
+# ConnectionError, yet both are the lost answer that a retry (with verify's one
+# Idempotency-Key) is for.
+NETWORK_FAILURES = (requests.ConnectionError, requests.Timeout,
+                    requests.exceptions.ChunkedEncodingError,
+                    requests.exceptions.ContentDecodingError)
 
 
 class Client:
@@ -153,7 +161,7 @@ class Client:
                 http = self.session.request(method, self.base_url + path, headers=headers,
                                             data=body, timeout=self.timeout,
                                             verify=self.tls_verify)
-            except (requests.ConnectionError, requests.Timeout) as exc:
+            except NETWORK_FAILURES as exc:
                 sent = _maybe_sent(exc)
                 if attempt >= self.max_retries or (unsent_only and sent):
                     raise ServiceError(f"network failure: {type(exc).__name__}",
