@@ -314,3 +314,20 @@ def test_an_answer_cut_off_mid_body_is_a_network_failure_and_retried(raw_server,
     with pytest.raises(ServiceError):
         _raw_client(server.url, sleeps).rotate_key()  # it may have rotated: not retried
     assert server.connections == 5
+
+
+@pytest.mark.parametrize("value", ["\u00b2", "-1", "1.5", "Wed, 21 Oct 2015 07:28:00 GMT", "soon"])
+def test_a_retry_after_that_is_not_delay_seconds_is_ignored(httpserver, value):
+    """Never a ValueError from int(): '²' (Latin-1 0xB2) passes str.isdigit()."""
+    httpserver.expect_request("/v1/intent/generate").respond_with_response(
+        _error(429, "rate limit exceeded", **{"Retry-After": value}))
+    with pytest.raises(RateLimitError) as raised:
+        _client(httpserver, Sleeps()).generate("user-token-123")
+    assert raised.value.retry_after is None and raised.value.request_id == "rid-429"
+    httpserver.clear()
+    httpserver.expect_ordered_request("/v1/tenant/usage").respond_with_response(
+        _error(503, "busy", **{"Retry-After": value}))
+    httpserver.expect_ordered_request("/v1/tenant/usage").respond_with_json(USAGE)
+    sleeps = Sleeps()
+    assert _client(httpserver, sleeps).usage().remaining == 999
+    assert sleeps == [0.5]  # the backoff's own wait

@@ -7,6 +7,7 @@ a lost answer gets the first verdict back instead of `ReplayedIntent`.
 """
 import json
 import random
+import re
 import time
 import uuid
 
@@ -222,8 +223,10 @@ def _json_body(value):
 
 
 def _retry_after(http):
+    """Retry-After in delay-seconds, or None. ASCII digits only: str.isdigit() also takes '²'
+    and other digits int() refuses (headers are read as Latin-1), which raised ValueError."""
     value = http.headers.get("Retry-After")
-    return int(value) if value and value.isdigit() else None
+    return int(value) if value and re.fullmatch(r"[0-9]+", value) else None
 
 
 def _maybe_sent(exc):
