@@ -331,3 +331,16 @@ def test_a_retry_after_that_is_not_delay_seconds_is_ignored(httpserver, value):
     sleeps = Sleeps()
     assert _client(httpserver, sleeps).usage().remaining == 999
     assert sleeps == [0.5]  # the backoff's own wait
+
+
+def test_a_retry_after_beyond_a_minute_is_not_waited_for(httpserver):
+    """Honoured means never sooner; a 5xx asking for hours (or for ever) is raised at once."""
+    httpserver.expect_ordered_request("/v1/tenant/usage").respond_with_response(
+        _error(503, "busy", **{"Retry-After": "60"}))
+    httpserver.expect_ordered_request("/v1/tenant/usage").respond_with_response(
+        _error(503, "busy", **{"Retry-After": "99999999999"}))
+    sleeps = Sleeps()
+    with pytest.raises(ServiceError) as raised:
+        _client(httpserver, sleeps).usage()
+    assert sleeps == [60] and len(httpserver.log) == 2
+    assert (raised.value.status, raised.value.request_id) == (503, "rid-503")

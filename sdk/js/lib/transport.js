@@ -13,6 +13,11 @@ const {
 } = require('./errors');
 
 const QUOTA_TEXT = 'monthly verification limit reached';
+// The longest Retry-After (seconds) a 5xx is retried after. A longer one would hold the caller
+// for hours, or past setTimeout's 2^31-1 ms, where Node waits 1 ms instead; waiting less would
+// not honour it. The error is thrown at once instead and the caller decides, as after a 429.
+// The Python SDK's MAX_RETRY_AFTER.
+const MAX_RETRY_AFTER = 60;
 
 // Failures to open the connection: only these prove the request never reached the service.
 // Anything later (a reset, a closed or garbled answer, a timeout, a TLS failure) may have come
@@ -59,8 +64,10 @@ class Transport {
         await sleep(this.backoff(attempt));
         continue;
       }
-      if (http.status >= 500 && attempt < this.retries && !unsentOnly) {
-        await sleep(this.backoff(attempt, retryAfter(http)));
+      const wait = retryAfter(http);
+      if (http.status >= 500 && attempt < this.retries && !unsentOnly
+          && (wait === null || wait <= MAX_RETRY_AFTER)) {
+        await sleep(this.backoff(attempt, wait));
         continue;
       }
       return { body: answer(http, text), headers: http.headers };

@@ -32,6 +32,10 @@ QUOTA_TEXT = "monthly verification limit reached"
 # ChunkedEncodingError, and a body that does not decompress ContentDecodingError: neither is a
 # ConnectionError, yet both are the lost answer that a retry (with verify's one
 # Idempotency-Key) is for.
+# The longest Retry-After a 5xx is retried after. A longer one (a proxy's, or 'Retry-After:
+# 99999999999') would hold the caller for hours or for ever, and waiting less would not honour
+# it: the error is raised at once instead, and the caller decides, as after a 429.
+MAX_RETRY_AFTER = 60
 NETWORK_FAILURES = (requests.ConnectionError, requests.Timeout,
                     requests.exceptions.ChunkedEncodingError,
                     requests.exceptions.ContentDecodingError)
@@ -170,8 +174,10 @@ class Client:
                 self._sleep(self._backoff(attempt))
                 attempt += 1
                 continue
-            if http.status_code >= 500 and attempt < self.max_retries and not unsent_only:
-                self._sleep(self._backoff(attempt, _retry_after(http)))
+            retry_after = _retry_after(http)
+            if (http.status_code >= 500 and attempt < self.max_retries and not unsent_only
+                    and (retry_after is None or retry_after <= MAX_RETRY_AFTER)):
+                self._sleep(self._backoff(attempt, retry_after))
                 attempt += 1
                 continue
             return self._answer(http), http
