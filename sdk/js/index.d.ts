@@ -73,6 +73,8 @@ export type Fetch = (url: string, init: {
   method: string;
   headers: Record<string, string>;
   body?: string;
+  /** Always 'manual': a redirect is answered as an IntentGateError, never followed. */
+  redirect: 'manual';
   signal: AbortSignal;
 }) => Promise<{ status: number; headers: { get(name: string): string | null };
   text(): Promise<string> }>;

@@ -10,6 +10,7 @@ from intentgate import (
     AuthenticationError,
     Blocked,
     Client,
+    IntentGateError,
     QuotaExceededError,
     RateLimitError,
     ScaleResponse,
@@ -344,3 +345,15 @@ def test_a_retry_after_beyond_a_minute_is_not_waited_for(httpserver):
         _client(httpserver, sleeps).usage()
     assert sleeps == [60] and len(httpserver.log) == 2
     assert (raised.value.status, raised.value.request_id) == (503, "rid-503")
+
+
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+def test_a_redirect_is_not_followed_so_the_key_goes_nowhere_else(raw_server, status):
+    elsewhere = raw_server(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+    server = raw_server(f"HTTP/1.1 {status} Moved\r\nLocation: {elsewhere.url}/collect\r\n"
+                        "X-Request-Id: rid-proxy\r\nContent-Length: 0\r\n\r\n".encode())
+    with pytest.raises(IntentGateError) as raised:
+        _raw_client(server.url, Sleeps()).generate("user-token-123")
+    assert (raised.value.status, raised.value.request_id) == (status, "rid-proxy")
+    assert "redirect" in raised.value.message
+    assert server.connections == 1 and elsewhere.connections == 0

@@ -41,7 +41,10 @@ class Transport {
    *  `unsentOnly`: retry only failures that prove the request was not sent (see UNSENT_CODES),
    *  for calls whose repetition would do harm once the first went through. */
   async request(method, path, { headers = {}, json, unsentOnly = false } = {}) {
-    const init = { method, headers: { ...headers, 'X-Service-Key': this.apiKey } };
+    // Redirects are not followed: the service never redirects, and fetch would send
+    // X-Service-Key and the body (a user token) on to any Location's origin.
+    const init = { method, headers: { ...headers, 'X-Service-Key': this.apiKey },
+      redirect: 'manual' };
     if (json !== undefined) {
       init.body = jsonBody(json);
       init.headers['Content-Type'] = 'application/json';
@@ -136,6 +139,10 @@ function answer(http, text) {
     body = null;
   }
   const requestId = (body && body.request_id) || http.headers.get('X-Request-Id');
+  if (http.status >= 300 && http.status < 400) {
+    throw new IntentGateError(`the service answered ${http.status}, a redirect, which is not `
+      + 'followed', { status: http.status, requestId });
+  }
   if (http.status < 400) {
     if (body !== null && typeof body === 'object') return body;
     throw new ServiceError(`the service answered ${http.status} without a JSON object`,

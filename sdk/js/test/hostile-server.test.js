@@ -7,7 +7,7 @@ const assert = require('node:assert/strict');
 const net = require('node:net');
 const { after, before, beforeEach, test } = require('node:test');
 
-const { Client, ServiceError } = require('..');
+const { Client, IntentGateError, ServiceError } = require('..');
 
 const KEY = `key_live_${'a'.repeat(48)}`;
 const FAST = { backoffBase: 1, backoffCap: 5 };
@@ -75,5 +75,17 @@ test('a Retry-After that is not delay-seconds leaves the backoff to decide', asy
     plan = [busy(value), reply(200, USAGE)];
     assert.equal((await new Client(url, { apiKey: KEY, ...FAST }).usage()).plan, 'pro');
     assert.equal(requests.length, 2);
+  }
+});
+
+test('a redirect is not followed, so the key and the body go nowhere else', async () => {
+  for (const status of [301, 302, 307, 308]) {
+    requests = [];
+    plan = [reply(status, '', { Location: `${url}/collect`, 'X-Request-Id': 'rid-proxy' }),
+      reply(200, { intent_hash: 'x' })];
+    await assert.rejects(new Client(url, { apiKey: KEY, ...FAST }).generate('user-token-123'),
+      (error) => error instanceof IntentGateError && error.status === status
+        && error.requestId === 'rid-proxy' && /redirect/.test(error.message));
+    assert.deepEqual(requests.map((request) => request.split(' ')[1]), ['/v1/intent/generate']);
   }
 });

@@ -163,9 +163,11 @@ class Client:
         attempt = 0
         while True:
             try:
+                # Redirects are not followed: the service never redirects, and requests would
+                # send X-Service-Key and the body (a user token) on to any Location's host.
                 http = self.session.request(method, self.base_url + path, headers=headers,
                                             data=body, timeout=self.timeout,
-                                            verify=self.tls_verify)
+                                            verify=self.tls_verify, allow_redirects=False)
             except NETWORK_FAILURES as exc:
                 sent = _maybe_sent(exc)
                 if attempt >= self.max_retries or (unsent_only and sent):
@@ -193,18 +195,23 @@ class Client:
             body = http.json(parse_int=jcs_number)  # a cleared payload is JCS text
         except ValueError:
             body = None
+        request_id = (body.get("request_id") if isinstance(body, dict) else None) \
+            or http.headers.get("X-Request-Id")
+        if 300 <= http.status_code < 400:
+            raise IntentGateError(f"the service answered {http.status_code}, a redirect, which "
+                                  "is not followed", status=http.status_code,
+                                  request_id=request_id)
         if http.status_code < 400:
             if isinstance(body, dict):
                 return body
             # Not the service's answer (a proxy's page, say): an error of ours, as in Node,
             # rather than a KeyError where the caller reads a field.
             raise ServiceError(f"the service answered {http.status_code} without a JSON object",
-                               status=http.status_code,
-                               request_id=http.headers.get("X-Request-Id"))
+                               status=http.status_code, request_id=request_id)
         body = body if isinstance(body, dict) else {}
         message = body.get("error") or f"HTTP {http.status_code}"
         details = {"status": http.status_code,
-                   "request_id": body.get("request_id") or http.headers.get("X-Request-Id"),
+                   "request_id": request_id,
                    "body": body}
         if http.status_code in (401, 403):
             raise AuthenticationError(message, **details)
