@@ -357,3 +357,14 @@ def test_a_redirect_is_not_followed_so_the_key_goes_nowhere_else(raw_server, sta
     assert (raised.value.status, raised.value.request_id) == (status, "rid-proxy")
     assert "redirect" in raised.value.message
     assert server.connections == 1 and elsewhere.connections == 0
+
+
+@pytest.mark.parametrize("status, error", [(200, ServiceError), (500, ServiceError),
+                                           (400, ValidationError)])
+def test_an_answer_nested_too_deeply_to_parse_is_not_a_recursion_error(httpserver, status, error):
+    httpserver.expect_request("/v1/intent/generate").respond_with_data(
+        "[" * 100_000 + "]" * 100_000, status=status, content_type="application/json",
+        headers={"X-Request-Id": "rid-deep"})
+    with pytest.raises(error) as raised:
+        _client(httpserver, Sleeps()).generate("user-token-123")
+    assert (raised.value.status, raised.value.request_id) == (status, "rid-deep")

@@ -193,7 +193,9 @@ class Client:
     def _answer(http):
         try:
             body = http.json(parse_int=jcs_number)  # a cleared payload is JCS text
-        except ValueError:
+        except (ValueError, RecursionError):
+            # RecursionError: JSON nested deeper than the interpreter's stack (a proxy's or a
+            # hostile answer), which the json module raises instead of ValueError.
             body = None
         request_id = (body.get("request_id") if isinstance(body, dict) else None) \
             or http.headers.get("X-Request-Id")
