@@ -368,3 +368,21 @@ def test_an_answer_nested_too_deeply_to_parse_is_not_a_recursion_error(httpserve
     with pytest.raises(error) as raised:
         _client(httpserver, Sleeps()).generate("user-token-123")
     assert (raised.value.status, raised.value.request_id) == (status, "rid-deep")
+
+
+@pytest.mark.parametrize("path, call", [
+    ("/v1/intent/generate", lambda client: client.generate("user-token-123")),
+    ("/v1/intent/verify", lambda client: client.verify("sha256:" + "a" * 64, {"match_id": "m"})),
+    ("/v1/tenant/usage", lambda client: client.usage()),
+    ("/v1/tenant/rotate-key", lambda client: client.rotate_key()),
+    ("/v1/tenant/keys", lambda client: client.list_keys()),
+])
+def test_a_json_object_that_is_not_the_answer_is_a_service_error(httpserver, path, call):
+    """A proxy's `{}` with a 200: not a KeyError, and never a rotated key taken from nowhere."""
+    httpserver.expect_request(path).respond_with_json({"status": "ok"},
+                                                      headers={"X-Request-Id": "rid-proxy"})
+    client = _client(httpserver, Sleeps())
+    with pytest.raises(ServiceError, match="the service answered 200 without ") as raised:
+        call(client)
+    assert (raised.value.status, raised.value.request_id) == (200, "rid-proxy")
+    assert client.api_key == KEY

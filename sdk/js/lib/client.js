@@ -48,7 +48,8 @@ class Client {
 
   async generate(userToken, { ttl } = {}) {
     const body = await this.#call('POST', '/v1/intent/generate',
-      { json: { user_token: userToken, ...given({ ttl }) } });
+      { json: { user_token: userToken, ...given({ ttl }) },
+        expect: ['intent_hash', 'intent_class', 'expires_at'] });
     return { intentHash: body.intent_hash, intentClass: body.intent_class,
       expiresAt: body.expires_at };
   }
@@ -59,6 +60,7 @@ class Client {
     const { body, headers } = await this.#transport.request('POST', '/v1/intent/verify', {
       headers: { 'Idempotency-Key': idempotencyKey ?? crypto.randomUUID().replace(/-/g, '') },
       json: { original_intent_hash: intentHash, response },
+      expect: ['cleared', 'reason', 'payload'],
     });
     return { cleared: body.cleared, reason: body.reason, payload: body.payload,
       replayed: headers.get('Idempotent-Replayed') === 'true' };
@@ -74,7 +76,8 @@ class Client {
   }
 
   async usage() {
-    const body = await this.#call('GET', '/v1/tenant/usage');
+    const body = await this.#call('GET', '/v1/tenant/usage',
+      { expect: ['email', 'plan', 'usage_count', 'rate_limit', 'remaining'] });
     return { email: body.email, plan: body.plan, usageCount: body.usage_count,
       rateLimit: body.rate_limit, remaining: body.remaining };
   }
@@ -83,7 +86,8 @@ class Client {
    *  could not be sent: once the service has rotated, the old key is dead and a retry could only
    *  get 401, losing the new key. */
   async rotateKey() {
-    const body = await this.#call('POST', '/v1/tenant/rotate-key', { json: {}, unsentOnly: true });
+    const body = await this.#call('POST', '/v1/tenant/rotate-key',
+      { json: {}, unsentOnly: true, expect: ['new_key', 'message'] });
     this.#transport.apiKey = body.new_key;
     return { newKey: body.new_key, message: body.message };
   }
@@ -98,7 +102,7 @@ class Client {
   }
 
   async listKeys() {
-    return (await this.#call('GET', '/v1/tenant/keys')).keys.map(camelCase);
+    return (await this.#call('GET', '/v1/tenant/keys', { expect: ['keys'] })).keys.map(camelCase);
   }
 
   async revokeKey(keyId) {
@@ -114,7 +118,8 @@ class Client {
   }
 
   async listSigningKeys() {
-    return (await this.#call('GET', '/v1/tenant/signing-keys')).signing_keys.map(camelCase);
+    return (await this.#call('GET', '/v1/tenant/signing-keys', { expect: ['signing_keys'] }))
+      .signing_keys.map(camelCase);
   }
 
   async revokeSigningKey(keyId) {
@@ -132,12 +137,14 @@ class Client {
   async auditLog({ limit = 50, before } = {}) {
     const query = new URLSearchParams({ limit: String(limit) });
     if (before !== undefined && before !== null) query.set('before', String(before));
-    return (await this.#call('GET', `/v1/tenant/audit-log?${query}`)).entries.map(camelCase);
+    return (await this.#call('GET', `/v1/tenant/audit-log?${query}`, { expect: ['entries'] }))
+      .entries.map(camelCase);
   }
 
   async dailyUsage({ days = 30 } = {}) {
     const query = new URLSearchParams({ days: String(days) });
-    return (await this.#call('GET', `/v1/tenant/usage/daily?${query}`)).days.map(camelCase);
+    return (await this.#call('GET', `/v1/tenant/usage/daily?${query}`, { expect: ['days'] }))
+      .days.map(camelCase);
   }
 
   async #call(method, path, options) {

@@ -39,8 +39,9 @@ class Transport {
 
   /** Send one request; resolve to {body, headers} or reject with a typed error.
    *  `unsentOnly`: retry only failures that prove the request was not sent (see UNSENT_CODES),
-   *  for calls whose repetition would do harm once the first went through. */
-  async request(method, path, { headers = {}, json, unsentOnly = false } = {}) {
+   *  for calls whose repetition would do harm once the first went through. `expect`: the
+   *  members the caller reads; an answer without one is a ServiceError. */
+  async request(method, path, { headers = {}, json, unsentOnly = false, expect = [] } = {}) {
     // Redirects are not followed: the service never redirects, and fetch would send
     // X-Service-Key and the body (a user token) on to any Location's origin.
     const init = { method, headers: { ...headers, 'X-Service-Key': this.apiKey },
@@ -73,7 +74,7 @@ class Transport {
         await sleep(this.backoff(attempt, wait));
         continue;
       }
-      return { body: answer(http, text), headers: http.headers };
+      return { body: members(answer(http, text), http, expect), headers: http.headers };
     }
   }
 
@@ -144,7 +145,7 @@ function answer(http, text) {
       + 'followed', { status: http.status, requestId });
   }
   if (http.status < 400) {
-    if (body !== null && typeof body === 'object') return body;
+    if (body !== null && typeof body === 'object' && !Array.isArray(body)) return body;
     throw new ServiceError(`the service answered ${http.status} without a JSON object`,
       { status: http.status, requestId });
   }
@@ -159,6 +160,18 @@ function answer(http, text) {
   if (http.status >= 500) throw new ServiceError(message, details);
   if ([400, 413, 415, 422].includes(http.status)) throw new ValidationError(message, details);
   throw new IntentGateError(message, details);
+}
+
+/** `body`, or a ServiceError when a member the call reads is missing: a JSON object that is not
+ *  the service's answer (a proxy's `{}`, say) would otherwise give undefined fields, a
+ *  TypeError in `.map`, or a rotateKey that takes undefined for the new key. */
+function members(body, http, expect) {
+  const missing = expect.filter((name) => !Object.hasOwn(body, name));
+  if (missing.length > 0) {
+    throw new ServiceError(`the service answered ${http.status} without ${missing.join(', ')}`,
+      { status: http.status, requestId: http.headers.get('X-Request-Id') });
+  }
+  return body;
 }
 
 module.exports = { Transport };

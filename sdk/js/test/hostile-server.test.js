@@ -89,3 +89,23 @@ test('a redirect is not followed, so the key and the body go nowhere else', asyn
     assert.deepEqual(requests.map((request) => request.split(' ')[1]), ['/v1/intent/generate']);
   }
 });
+
+test('a success whose JSON is not the answer is a ServiceError, not undefined fields', async () => {
+  const calls = [
+    (client) => client.generate('user-token-123'),
+    (client) => client.verify(`sha256:${'a'.repeat(64)}`, { match_id: 'm' }),
+    (client) => client.usage(),
+    (client) => client.rotateKey(),
+    (client) => client.listKeys(),
+    (client) => client.dailyUsage(),
+  ];
+  for (const body of [{ status: 'ok' }, [1, 2]]) {
+    for (const call of calls) {
+      plan = [reply(200, body, { 'X-Request-Id': 'rid-proxy' })];
+      const client = new Client(url, { apiKey: KEY, ...FAST });
+      await assert.rejects(call(client), (error) => error instanceof ServiceError
+        && error.status === 200 && error.requestId === 'rid-proxy');
+      assert.equal(client.apiKey, KEY); // rotateKey never takes undefined for the new key
+    }
+  }
+});

@@ -65,7 +65,8 @@ class Client:
         body = {"user_token": user_token}
         if ttl is not None:
             body["ttl"] = ttl
-        answer, _ = self._request("POST", "/v1/intent/generate", json=body)
+        answer, _ = self._request("POST", "/v1/intent/generate", json=body,
+                                  expect=("intent_hash", "intent_class", "expires_at"))
         return IntentSignature(answer["intent_hash"], answer["intent_class"], answer["expires_at"])
 
     def verify(self, intent_hash, response, idempotency_key=None):
@@ -77,12 +78,14 @@ class Client:
                    else idempotency_key}
         answer, http = self._request("POST", "/v1/intent/verify", headers=headers,
                                      json={"original_intent_hash": intent_hash,
-                                           "response": response})
+                                           "response": response},
+                                     expect=("cleared", "reason", "payload"))
         return VerificationResult(answer["cleared"], answer["reason"], answer["payload"],
                                   replayed=http.headers.get("Idempotent-Replayed") == "true")
 
     def usage(self):
-        answer, _ = self._request("GET", "/v1/tenant/usage")
+        answer, _ = self._request("GET", "/v1/tenant/usage", expect=(
+            "email", "plan", "usage_count", "rate_limit", "remaining"))
         return Usage(answer["email"], answer["plan"], answer["usage_count"],
                      answer["rate_limit"], answer["remaining"])
 
@@ -92,7 +95,8 @@ class Client:
         Retried only when the request could not be sent: once the service has rotated, the old
         key is dead and a retry could only get 401, losing the new key.
         """
-        answer, _ = self._request("POST", "/v1/tenant/rotate-key", json={}, unsent_only=True)
+        answer, _ = self._request("POST", "/v1/tenant/rotate-key", json={}, unsent_only=True,
+                                  expect=("new_key", "message"))
         self.api_key = answer["new_key"]
         return KeyRotation(answer["new_key"], answer["message"])
 
@@ -109,7 +113,7 @@ class Client:
         return self._request("POST", "/v1/tenant/keys", json=body, unsent_only=True)[0]
 
     def list_keys(self):
-        return self._request("GET", "/v1/tenant/keys")[0]["keys"]
+        return self._request("GET", "/v1/tenant/keys", expect=("keys",))[0]["keys"]
 
     def revoke_key(self, key_id):
         return self._request("DELETE", f"/v1/tenant/keys/{key_id}", unsent_only=True)[0]
@@ -121,7 +125,8 @@ class Client:
         return self._request("POST", "/v1/tenant/signing-keys", json=body, unsent_only=True)[0]
 
     def list_signing_keys(self):
-        return self._request("GET", "/v1/tenant/signing-keys")[0]["signing_keys"]
+        return self._request("GET", "/v1/tenant/signing-keys",
+                             expect=("signing_keys",))[0]["signing_keys"]
 
     def revoke_signing_key(self, key_id):
         return self._request("DELETE", f"/v1/tenant/signing-keys/{key_id}", unsent_only=True)[0]
@@ -134,10 +139,12 @@ class Client:
 
     def audit_log(self, limit=50, before=None):
         query = f"?limit={limit}" + (f"&before={before}" if before else "")
-        return self._request("GET", "/v1/tenant/audit-log" + query)[0]["entries"]
+        return self._request("GET", "/v1/tenant/audit-log" + query,
+                             expect=("entries",))[0]["entries"]
 
     def daily_usage(self, days=30):
-        return self._request("GET", f"/v1/tenant/usage/daily?days={days}")[0]["days"]
+        return self._request("GET", f"/v1/tenant/usage/daily?days={days}",
+                             expect=("days",))[0]["days"]
 
     def guard(self, user_token, call_ai, ttl=None):
         """Generate an intent, call the AI with its hash, verify the answer; return the payload.
@@ -154,7 +161,8 @@ class Client:
 
     # -- transport ---------------------------------------------------------------------------
 
-    def _request(self, method, path, headers=None, json=None, unsent_only=False):
+    def _request(self, method, path, headers=None, json=None, unsent_only=False, expect=()):
+        """The answer and the response; `expect` names the members the caller reads."""
         headers = {"X-Service-Key": self.api_key, **(headers or {})}
         body = None
         if json is not None:
@@ -182,7 +190,7 @@ class Client:
                 self._sleep(self._backoff(attempt, retry_after))
                 attempt += 1
                 continue
-            return self._answer(http), http
+            return _members(self._answer(http), http, expect), http
 
     def _backoff(self, attempt, retry_after=None):
         if retry_after is not None:
@@ -225,6 +233,18 @@ class Client:
         if http.status_code in (400, 413, 415, 422):
             raise ValidationError(message, **details)
         raise IntentGateError(message, **details)
+
+
+def _members(answer, http, expect):
+    """`answer`, or ServiceError when a member the call reads is missing: a JSON object that is
+    not the service's answer (a proxy's `{}`, say) is an error of ours, as in Node, not a
+    KeyError, and rotate_key never takes a missing key for the new one."""
+    missing = [name for name in expect if name not in answer]
+    if missing:
+        raise ServiceError(f"the service answered {http.status_code} without "
+                           f"{', '.join(missing)}", status=http.status_code,
+                           request_id=http.headers.get("X-Request-Id"))
+    return answer
 
 
 def _json_body(value):
