@@ -243,7 +243,8 @@ export class ServiceError extends IntentGateError {
 }
 /** Thrown by guard when the gate blocks the AI's answer. */
 export class Blocked extends IntentGateError {
-  constructor(reason: BlockReason, result?: VerificationResult | null);
+  constructor(reason: BlockReason, result?: VerificationResult | null,
+              details?: { requestId?: string | null });
   readonly reason: BlockReason;
   readonly result: VerificationResult | null;
 }

@@ -133,7 +133,8 @@ def test_guard_returns_the_payload_or_raises_blocked(httpserver):
     httpserver.expect_oneshot_request("/v1/intent/verify").respond_with_json(
         {"cleared": True, "reason": None, "payload": {"answer": "ok"}})
     httpserver.expect_oneshot_request("/v1/intent/verify").respond_with_json(
-        {"cleared": False, "reason": "InvalidSignature", "payload": None})
+        {"cleared": False, "reason": "InvalidSignature", "payload": None},
+        headers={"X-Request-Id": "rid-blocked"})
     seen = []
 
     def call_ai(intent_hash):
@@ -145,6 +146,7 @@ def test_guard_returns_the_payload_or_raises_blocked(httpserver):
     with pytest.raises(Blocked) as blocked:
         client.guard("user-token-123", call_ai)
     assert blocked.value.reason == "InvalidSignature"
+    assert blocked.value.request_id == "rid-blocked"  # to quote, as with any error
     assert seen == [intent["intent_hash"]] * 2
 
 

@@ -57,21 +57,27 @@ class Client {
   /** One Idempotency-Key for all attempts (a fresh one per call unless given), so a retry after
    *  a lost answer gets the first verdict back instead of `ReplayedIntent`. */
   async verify(intentHash, response, { idempotencyKey } = {}) {
+    return (await this.#verify(intentHash, response, idempotencyKey)).result;
+  }
+
+  /** The verdict and the X-Request-Id it came with (which guard's Blocked carries). */
+  async #verify(intentHash, response, idempotencyKey) {
     const { body, headers } = await this.#transport.request('POST', '/v1/intent/verify', {
       headers: { 'Idempotency-Key': idempotencyKey ?? crypto.randomUUID().replace(/-/g, '') },
       json: { original_intent_hash: intentHash, response },
       expect: ['cleared', 'reason', 'payload'],
     });
-    return { cleared: body.cleared, reason: body.reason, payload: body.payload,
-      replayed: headers.get('Idempotent-Replayed') === 'true' };
+    return { result: { cleared: body.cleared, reason: body.reason, payload: body.payload,
+      replayed: headers.get('Idempotent-Replayed') === 'true' },
+    requestId: headers.get('X-Request-Id') };
   }
 
   /** generate, then `callAi(intentHash)` (your call to the AI service, resolving to its signed
    *  answer), then verify: resolves to the cleared payload, or rejects with Blocked. */
   async guard(userToken, callAi, { ttl } = {}) {
     const { intentHash } = await this.generate(userToken, { ttl });
-    const result = await this.verify(intentHash, await callAi(intentHash));
-    if (!result.cleared) throw new Blocked(result.reason, result);
+    const { result, requestId } = await this.#verify(intentHash, await callAi(intentHash));
+    if (!result.cleared) throw new Blocked(result.reason, result, { requestId });
     return result.payload;
   }
 

@@ -45,10 +45,11 @@ class ServiceError extends IntentGateError {
   }
 }
 
-/** The gate blocked the AI's answer (thrown by guard only): do not show it to the user. */
+/** The gate blocked the AI's answer (thrown by guard only): do not show it to the user.
+ *  `requestId` is the verify's, to quote to the service's operators as with any error. */
 class Blocked extends IntentGateError {
-  constructor(reason, result = null) {
-    super(`AI response blocked: ${reason}`);
+  constructor(reason, result = null, { requestId = null } = {}) {
+    super(`AI response blocked: ${reason}`, { requestId });
     this.reason = reason;
     this.result = result;
   }

@@ -88,6 +88,7 @@ test('guard rejects with Blocked and its reason when the gate blocks', async () 
   assert.ok(blocked instanceof Blocked && blocked instanceof IntentGateError);
   assert.equal(blocked.reason, 'InvalidSignature');
   assert.equal(blocked.message, 'AI response blocked: InvalidSignature');
+  assert.match(blocked.requestId, REQUEST_ID); // the verify's, to quote as with any error
   assert.deepEqual(blocked.result,
     { cleared: false, reason: 'InvalidSignature', payload: null, replayed: false });
 });

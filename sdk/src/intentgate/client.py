@@ -70,6 +70,10 @@ class Client:
         return IntentSignature(answer["intent_hash"], answer["intent_class"], answer["expires_at"])
 
     def verify(self, intent_hash, response, idempotency_key=None):
+        return self._verify(intent_hash, response, idempotency_key)[0]
+
+    def _verify(self, intent_hash, response, idempotency_key=None):
+        """The verdict and the X-Request-Id it came with (which guard's Blocked carries)."""
         if isinstance(response, ScaleResponse):
             response = response.to_dict()
         # An empty key is sent as given (the service refuses it, 400), as Node's client refuses
@@ -80,8 +84,9 @@ class Client:
                                      json={"original_intent_hash": intent_hash,
                                            "response": response},
                                      expect=("cleared", "reason", "payload"))
-        return VerificationResult(answer["cleared"], answer["reason"], answer["payload"],
-                                  replayed=http.headers.get("Idempotent-Replayed") == "true")
+        return (VerificationResult(answer["cleared"], answer["reason"], answer["payload"],
+                                   replayed=http.headers.get("Idempotent-Replayed") == "true"),
+                http.headers.get("X-Request-Id"))
 
     def usage(self):
         answer, _ = self._request("GET", "/v1/tenant/usage", expect=(
@@ -154,9 +159,9 @@ class Client:
         Raises Blocked(reason) when the gate blocks the answer.
         """
         intent = self.generate(user_token, ttl=ttl)
-        result = self.verify(intent.intent_hash, call_ai(intent.intent_hash))
+        result, request_id = self._verify(intent.intent_hash, call_ai(intent.intent_hash))
         if not result.cleared:
-            raise Blocked(result.reason, result)
+            raise Blocked(result.reason, result, request_id=request_id)
         return result.payload
 
     # -- transport ---------------------------------------------------------------------------

@@ -48,9 +48,10 @@ class ServiceError(IntentGateError):
 
 
 class Blocked(IntentGateError):
-    """The verification gate blocked the AI response: do not show it to the user."""
+    """The verification gate blocked the AI response: do not show it to the user.
+    `request_id` is the verify's, to quote to the service's operators as with any error."""
 
-    def __init__(self, reason, result=None):
-        super().__init__(f"AI response blocked: {reason}")
+    def __init__(self, reason, result=None, request_id=None):
+        super().__init__(f"AI response blocked: {reason}", request_id=request_id)
         self.reason = reason
         self.result = result
