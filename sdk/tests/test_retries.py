@@ -1,4 +1,5 @@
 """Retries against a real HTTP server that fails on purpose (pytest-httpserver, raw sockets)."""
+import re
 import socket
 import ssl
 import threading
@@ -388,3 +389,17 @@ def test_a_json_object_that_is_not_the_answer_is_a_service_error(httpserver, pat
         call(client)
     assert (raised.value.status, raised.value.request_id) == (200, "rid-proxy")
     assert client.api_key == KEY
+
+
+@pytest.mark.parametrize("revoke, key_id, path", [
+    ("revoke_key", "../signing-keys/3", "/v1/tenant/keys/..%2Fsigning-keys%2F3"),
+    ("revoke_signing_key", "../keys/3", "/v1/tenant/signing-keys/..%2Fkeys%2F3"),
+    ("revoke_key", "3?x=1", "/v1/tenant/keys/3%3Fx%3D1"),
+    ("revoke_key", "3#x", "/v1/tenant/keys/3%23x"),
+])
+def test_a_key_id_is_one_path_segment_never_another_resource(httpserver, revoke, key_id, path):
+    """As Node's encodeURIComponent: '../signing-keys/3' must not revoke signing key 3."""
+    httpserver.expect_request(re.compile(".*")).respond_with_response(_error(404, "not found"))
+    with pytest.raises(IntentGateError):
+        getattr(_client(httpserver, Sleeps()), revoke)(key_id)
+    assert [request.environ["REQUEST_URI"] for request, _ in httpserver.log] == [path]

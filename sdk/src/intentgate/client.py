@@ -10,6 +10,7 @@ import random
 import re
 import time
 import uuid
+from urllib.parse import quote
 
 import requests
 from urllib3.exceptions import ConnectTimeoutError, MaxRetryError
@@ -121,7 +122,7 @@ class Client:
         return self._request("GET", "/v1/tenant/keys", expect=("keys",))[0]["keys"]
 
     def revoke_key(self, key_id):
-        return self._request("DELETE", f"/v1/tenant/keys/{key_id}", unsent_only=True)[0]
+        return self._request("DELETE", f"/v1/tenant/keys/{_segment(key_id)}", unsent_only=True)[0]
 
     def add_signing_key(self, public_key, name=None, expires_in=None):
         """Register the AI service's Ed25519 public key (base64 of 32 bytes, or PEM)."""
@@ -134,7 +135,8 @@ class Client:
                              expect=("signing_keys",))[0]["signing_keys"]
 
     def revoke_signing_key(self, key_id):
-        return self._request("DELETE", f"/v1/tenant/signing-keys/{key_id}", unsent_only=True)[0]
+        return self._request("DELETE", f"/v1/tenant/signing-keys/{_segment(key_id)}",
+                             unsent_only=True)[0]
 
     def set_signature_scheme(self, scheme, grace_seconds=0):
         """Switch to "bound" or "ed25519" ("payload" only an operator may choose); the previous
@@ -250,6 +252,13 @@ def _members(answer, http, expect):
                            f"{', '.join(missing)}", status=http.status_code,
                            request_id=http.headers.get("X-Request-Id"))
     return answer
+
+
+def _segment(key_id):
+    """A key id as one path segment, as Node's encodeURIComponent makes it. Unquoted, an id
+    such as '../signing-keys/3' (an id taken from a form, say) was resolved by urllib3 into
+    another resource's path, so revoke_key revoked a signing key; '?' and '#' cut it short."""
+    return quote(str(key_id), safe="")
 
 
 def _json_body(value):
