@@ -403,3 +403,15 @@ def test_a_key_id_is_one_path_segment_never_another_resource(httpserver, revoke,
     with pytest.raises(IntentGateError):
         getattr(_client(httpserver, Sleeps()), revoke)(key_id)
     assert [request.environ["REQUEST_URI"] for request, _ in httpserver.log] == [path]
+
+
+@pytest.mark.parametrize("call, query", [
+    (lambda client: client.audit_log(limit=5, before="9&limit=200"),
+     "limit=5&before=9%26limit%3D200"),
+    (lambda client: client.audit_log(before=0), "limit=50&before=0"),
+    (lambda client: client.daily_usage(days="7&x=1"), "days=7%26x%3D1"),
+])
+def test_query_values_are_encoded_as_node_encodes_them(httpserver, call, query):
+    httpserver.expect_request(re.compile(".*")).respond_with_json({"entries": [], "days": []})
+    call(_client(httpserver, Sleeps()))
+    assert [request.query_string.decode() for request, _ in httpserver.log] == [query]

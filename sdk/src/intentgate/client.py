@@ -10,7 +10,7 @@ import random
 import re
 import time
 import uuid
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import requests
 from urllib3.exceptions import ConnectTimeoutError, MaxRetryError
@@ -145,12 +145,14 @@ class Client:
                              json={"scheme": scheme, "grace_seconds": grace_seconds})[0]
 
     def audit_log(self, limit=50, before=None):
-        query = f"?limit={limit}" + (f"&before={before}" if before else "")
-        return self._request("GET", "/v1/tenant/audit-log" + query,
+        # Encoded, as Node's URLSearchParams does: a `before` of '5&limit=200' is one value, not
+        # a second parameter, and a `before` of 0 is sent, not dropped.
+        query = urlencode({"limit": limit, **({"before": before} if before is not None else {})})
+        return self._request("GET", "/v1/tenant/audit-log?" + query,
                              expect=("entries",))[0]["entries"]
 
     def daily_usage(self, days=30):
-        return self._request("GET", f"/v1/tenant/usage/daily?days={days}",
+        return self._request("GET", "/v1/tenant/usage/daily?" + urlencode({"days": days}),
                              expect=("days",))[0]["days"]
 
     def guard(self, user_token, call_ai, ttl=None):
