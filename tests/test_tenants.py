@@ -125,6 +125,16 @@ def test_plan_change_takes_effect_at_once(client, make_tenant):
     assert client.get("/v1/tenant/usage", headers=tenant.headers).get_json()["rate_limit"] == 500_000
 
 
+def test_remaining_is_the_limit_less_the_count_after_a_downgrade(client, make_tenant):
+    # SPEC.md: remaining equals rate_limit - usage_count, with no floor.
+    tenant = make_tenant("starter")
+    set_usage(client.application, tenant.tenant_id, 1500, period=_period())
+    with client.application.app_context(), unit_of_work():
+        service.update_tenant(tenant.email, plan="free")
+    body = client.get("/v1/tenant/usage", headers=tenant.headers).get_json()
+    assert (body["usage_count"], body["rate_limit"], body["remaining"]) == (1500, 1000, -500)
+
+
 def test_admin_key_on_a_tenant_endpoint_is_403(client, runner):
     admin_key = _admin_key(runner)
     response = client.get("/v1/tenant/usage", headers={"X-Service-Key": admin_key})

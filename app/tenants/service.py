@@ -131,10 +131,11 @@ def usage(tenant):
     """The usage object of SPEC.md for the current billing period."""
     usage_count = current_usage_count(tenant.id)
     limit = monthly_limit(tenant.plan)
+    # SPEC.md: remaining equals rate_limit - usage_count, even below 0 after a downgrade.
     return {
         "email": tenant.email,
         "plan": tenant.plan,
         "usage_count": usage_count,
         "rate_limit": limit,
-        "remaining": None if limit is None else max(limit - usage_count, 0),
+        "remaining": None if limit is None else limit - usage_count,
     }
