@@ -11,6 +11,7 @@ from app.extensions import db
 from app.sql import MAX_ID, insert_unique
 from app.tenants import audit, keys, mail, metering, scopes, signing
 from app.tenants.models import Tenant
+from app.tenants.tenant_row import locked_tenant
 from app.tenants.plans import PAID_PLANS, monthly_limit
 from app.webhooks import events
 
@@ -83,7 +84,8 @@ def list_tenants(limit=50, after_id=0):
 
 
 def update_tenant(reference, plan=None, active=None, signature_scheme=None):
-    tenant = find_tenant(reference)
+    # Judged under the row's lock: of concurrent identical changes, one changes and is audited.
+    tenant = locked_tenant(find_tenant(reference).id)
     if plan is not None and plan != tenant.plan:
         audit.record(tenant.id, "plan.changed", old=tenant.plan, new=plan)
         tenant.plan = plan
