@@ -83,6 +83,15 @@ def test_a_new_month_starts_at_zero(client, make_tenant):
         assert _usage(client, tenant)["usage_count"] == 1
 
 
+def test_the_months_last_second_says_retry_after_1_not_0(client, make_tenant):
+    tenant = make_tenant("free")
+    with time_machine.travel("2027-01-31T23:59:59.600Z", tick=False):
+        set_usage(client.application, tenant.tenant_id, 1000)
+        refused = _generate(client, tenant)
+    body = assert_envelope(refused, 429, "monthly verification limit reached")
+    assert body["retry_after"] == 1 and refused.headers["Retry-After"] == "1"
+
+
 def test_enterprise_counts_without_a_limit(client, make_tenant):
     tenant = make_tenant("enterprise")
     set_usage(client.application, tenant.tenant_id, 10_000_000)

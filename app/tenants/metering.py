@@ -1,4 +1,5 @@
 """Monthly plan limits: the rule, the counting statement, and the 429 that refuses the rest."""
+import math
 from datetime import datetime, timezone
 
 from sqlalchemy import BigInteger, String, bindparam, case, cast, func, literal, select
@@ -147,7 +148,9 @@ def refuse_over_limit():
 
 
 def _seconds_to_next_month():
+    """Whole seconds until the month turns, rounded up: in the month's last second it is 1,
+    not 0 (a retry at once would meet the same 429)."""
     now = datetime.now(timezone.utc)
     first_next = (datetime(now.year + 1, 1, 1, tzinfo=timezone.utc) if now.month == 12
                   else datetime(now.year, now.month + 1, 1, tzinfo=timezone.utc))
-    return int((first_next - now).total_seconds())
+    return math.ceil((first_next - now).total_seconds())
