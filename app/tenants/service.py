@@ -107,7 +107,10 @@ def update_tenant(reference, plan=None, active=None, signature_scheme=None):
 def rotate_signing_secret(reference, grace_seconds=0):
     """Issue a new response signing secret; the old one verifies for `grace_seconds` more.
     Returns the secret and until when the previous one verifies (None: no longer)."""
-    tenant = find_tenant(reference)
+    # The current secret is read under the row's lock: read before it, the last of concurrent
+    # rotations kept as previous the secret it read, and the one rotated just before it (shown
+    # to its caller, with a grace) verified nowhere.
+    tenant = locked_tenant(find_tenant(reference).id)
     signing_secret = crypto.new_signing_secret()
     if grace_seconds > 0:
         tenant.previous_signing_secret_sealed = tenant.signing_secret_sealed
