@@ -27,11 +27,12 @@ def _replace(text, replacements):
 
 def render(name, directory, upstream_port, certificates=None):
     """deploy/<name> with only what belongs to this host replaced: addresses, ports, files.
-    Returns (config path, the port clients use)."""
+    Returns (config path, the port clients use, nginx.conf's plain HTTP port or None)."""
     directory = Path(directory)
-    port = free_port()
+    port, plain_port = free_port(), None
     text = (ROOT / "deploy" / name).read_text()
     if name == "nginx.conf":
+        plain_port = free_port()
         text = _replace(text, {
             "user www-data;": f"user {getpass.getuser()};",
             "/run/nginx-intentgate.pid": str(directory / "nginx.pid"),
@@ -39,7 +40,7 @@ def render(name, directory, upstream_port, certificates=None):
             "/etc/ssl/intentgate/fullchain.pem": str(certificates["cert"]),
             "/etc/ssl/intentgate/privkey.pem": str(certificates["key"]),
             "server 127.0.0.1:8000;": f"server 127.0.0.1:{upstream_port};",
-            "listen 80;": f"listen 127.0.0.1:{free_port()};",
+            "listen 80;": f"listen 127.0.0.1:{plain_port};",
             "listen [::]:80;": "",
             "listen 443 ssl http2;": f"listen 127.0.0.1:{port} ssl http2;",
             "listen [::]:443 ssl http2;": "",
@@ -55,7 +56,7 @@ def render(name, directory, upstream_port, certificates=None):
                                      f"    proxy_temp_path {directory}/proxy;"})
     path = directory / name
     path.write_text(text)
-    return path, port
+    return path, port, plain_port
 
 
 class NginxServer:

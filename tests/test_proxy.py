@@ -1,6 +1,8 @@
 """The documented setups with a real nginx in front of real gunicorn: deploy/nginx.conf (TLS) and
 deploy/nginx-compose.conf (the compose stack). Sync workers never face a slow client; /metrics
 stays off the public listener; the app trusts exactly the one hop nginx is."""
+import json
+import socket
 import ssl
 import time
 
@@ -43,8 +45,9 @@ def behind_nginx(embedded_gunicorn, nginx, tls, tmp_path):
         server = start_gunicorn(workers=2, threads=1, TRUSTED_PROXY_HOPS="1", **environment)
         directory = tmp_path / config.replace(".", "-")
         directory.mkdir()
-        path, port = render(config, directory, server.port, tls)
+        path, port, plain_port = render(config, directory, server.port, tls)
         proxy = NginxServer(nginx, path, port, directory)
+        proxy.plain_port = plain_port
         proxies.append(proxy)
         proxy.start()
         scheme = "https" if config == "nginx.conf" else "http"
@@ -121,3 +124,75 @@ def test_nginx_keeps_metrics_private_and_is_the_one_trusted_hop(behind_nginx, co
     assert statuses.count(401) <= 5 + refilled, statuses
     # nginx passes the app's own Server header: no server software named.
     assert {answer.headers["Server"] for answer in answers} == {"intentgate"}
+
+
+def _raw(port, request, context=None):
+    """Send `request` as bytes on one connection (TLS when `context` is given) and return
+    (status, headers, body) of the answer: requests (and urllib3) refuse to send most of these."""
+    connection = socket.create_connection(("127.0.0.1", port), timeout=10)
+    if context is not None:
+        context.set_alpn_protocols(["http/1.1"])
+        connection = context.wrap_socket(connection, server_hostname="127.0.0.1")
+    with connection:
+        connection.sendall(request)
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers.setdefault(name.strip().lower(), []).append(value.strip())
+    return int(lines[0].split()[1]), headers, body
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_requests_nginx_refuses_itself_are_answered_in_the_envelope(behind_nginx, config):
+    """What nginx refuses before gunicorn sees it (a request line or headers too long, a request
+    it cannot parse, plain HTTP on the TLS port) is JSON too, never nginx's HTML page."""
+    server, proxy, _, verify = behind_nginx(config, REQUIRE_TLS="false")
+    context = ssl.create_default_context(cafile=verify) if config == "nginx.conf" else None
+    refused = {
+        b"GET /v1/" + b"a" * 20000 + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n":
+            (414, "request line too long"),
+        b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * 20000 + b"\r\n\r\n":
+            (431, "request headers too large"),
+        b"OPTIONS * HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n": (400, "malformed HTTP request"),
+        b"GET /health HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n": (400, "malformed HTTP request"),
+        b"GET /.intentgate-error HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n":
+            (404, "not found"),
+    }
+    for request, (status, error) in refused.items():
+        answer = _raw(proxy.port, request, context)
+        assert answer[0] == status, (request[:40], answer)
+        assert answer[1]["content-type"] == ["application/json"], request[:40]
+        assert json.loads(answer[2]) == {"error": error,
+                                         "request_id": answer[1]["x-request-id"][0]}
+    if config == "nginx.conf":
+        plain = _raw(proxy.port, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert plain[0] == 403 and json.loads(plain[2])["error"] == (
+            "HTTPS is required: this service does not accept plain HTTP")
+    assert not [record for record in server.log_records()
+                if record.get("logger") == "app.access" and record.get("status") != 200]
+
+
+def test_plain_http_is_refused_in_the_envelope_except_health_and_hsts_is_sent_once(behind_nginx):
+    """nginx.conf's plain HTTP listener answers as the app does in production (deploy/README.md):
+    403 in the envelope, /health excepted; never a redirect, nor nginx's HTML."""
+    server, proxy, url, verify = behind_nginx("nginx.conf", REQUIRE_TLS="true")
+    plain = f"http://127.0.0.1:{proxy.plain_port}"
+    for method, path in (("GET", "/v1/tenant/usage"), ("POST", "/v1/intent/generate"),
+                         ("GET", "/metrics"), ("GET", "/")):
+        refused = requests.request(method, plain + path, allow_redirects=False, timeout=10,
+                                   headers={"X-Service-Key": "key_live_" + "0" * 48})
+        assert _nginx_envelope(refused, 403,
+                               "HTTPS is required: this service does not accept plain HTTP"), path
+        assert "Strict-Transport-Security" not in refused.headers
+    health = requests.get(plain + "/health", allow_redirects=False, timeout=10)
+    assert health.status_code == 200 and health.json()["status"] == "ok"
+    # Over TLS every answer carries HSTS exactly once (the app's and nginx's would be two).
+    for path in ("/health", "/v1/tenant/usage", "/metrics"):
+        answer = requests.get(url + path, verify=verify, timeout=10)
+        assert answer.raw.headers.getlist("Strict-Transport-Security") == [
+            "max-age=63072000; includeSubDomains"], path
