@@ -162,6 +162,10 @@ def test_requests_nginx_refuses_itself_are_answered_in_the_envelope(behind_nginx
         b"GET /health HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n": (400, "malformed HTTP request"),
         b"GET /.intentgate-error HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n":
             (404, "not found"),
+        b"TRACE /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n":
+            (405, "method not allowed"),
+        b"POST /v1/intent/generate HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+        b"Transfer-Encoding: gzip\r\n\r\n": (501, "transfer coding not supported"),
     }
     for request, (status, error) in refused.items():
         answer = _raw(proxy.port, request, context)
