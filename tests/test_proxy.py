@@ -200,3 +200,21 @@ def test_plain_http_is_refused_in_the_envelope_except_health_and_hsts_is_sent_on
         answer = requests.get(url + path, verify=verify, timeout=10)
         assert answer.raw.headers.getlist("Strict-Transport-Security") == [
             "max-age=63072000; includeSubDomains"], path
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_nginx_answers_echo_the_callers_request_id_as_the_app_does(behind_nginx, config):
+    """CONTRACT.md: a caller's X-Request-Id matching the pattern is echoed on every answer, errors
+    included; one holding a credential is replaced, as app.http replaces it."""
+    _, _, url, verify = behind_nginx(config, REQUIRE_TLS="false")
+    for supplied, echoed in (("trace-42.a_B", True), ("x" * 128, True), ("x" * 129, False),
+                             ("has space", False), ("key_live_" + "0" * 48, False),
+                             ("whsec_abc", False), (None, False)):
+        headers = {} if supplied is None else {"X-Request-Id": supplied}
+        for path in ("/metrics", "/.intentgate-error"):
+            answer = requests.get(url + path, headers=headers, verify=verify, timeout=10)
+            request_id = answer.headers["X-Request-Id"]
+            assert answer.json()["request_id"] == request_id, (supplied, path)
+            assert (request_id == supplied) is echoed, (supplied, path)
+            if not echoed:
+                assert len(request_id) == 32 and int(request_id, 16) >= 0
