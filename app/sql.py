@@ -1,6 +1,8 @@
 """The ORM session's transactions: owned by the view or CLI command, never by a service."""
 from contextlib import contextmanager
 
+from sqlalchemy import delete, select, tuple_
+
 from app import database
 from app.errors import Conflict
 from app.extensions import db
@@ -32,3 +34,15 @@ def insert_unique(model, values, conflict_text):
     if row is None:
         raise Conflict(conflict_text)
     return row
+
+
+def delete_batch(key_columns, *conditions, limit):
+    """Delete at most `limit` rows matching `conditions`, found by their primary key
+    (`key_columns`): a purge in bounded transactions, never one long DELETE of a day's rows.
+    Returns how many were deleted (0 when none is left)."""
+    keys = db.session.execute(select(*key_columns).where(*conditions).limit(limit)).all()
+    if keys:
+        table = key_columns[0].class_.__table__  # Core: nothing in the session to update
+        db.session.execute(delete(table).where(tuple_(*key_columns).in_(
+            [tuple(key) for key in keys])))
+    return len(keys)

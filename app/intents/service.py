@@ -11,6 +11,7 @@ from app.clock import billing_period, now_seconds
 from app.context_store import client as context_store
 from app.extensions import db
 from app.intents.models import IdempotencyRecord, Intent, SeenResponse
+from app.sql import delete_batch
 from app.tenants import key_cache, keys, metering
 from app.tenants.plans import monthly_limit
 
@@ -137,13 +138,6 @@ def purge_idempotency_records(batch_size):
     """Delete up to `batch_size` idempotency records past their 24 h window; return how many
     (0 when none is left). Every SDK verify writes one, so a day's worth can be the size of a
     day's traffic: one DELETE of them all would be one long transaction."""
-    stale = db.session.execute(
-        select(IdempotencyRecord.owner, IdempotencyRecord.idempotency_key)
-        .where(IdempotencyRecord.created_at < now_seconds() - IDEMPOTENCY_WINDOW)
-        .limit(batch_size)
-    ).all()
-    if stale:
-        db.session.execute(delete(IdempotencyRecord).where(tuple_(
-            IdempotencyRecord.owner, IdempotencyRecord.idempotency_key).in_(
-                [tuple(row) for row in stale])))
-    return len(stale)
+    return delete_batch((IdempotencyRecord.owner, IdempotencyRecord.idempotency_key),
+                        IdempotencyRecord.created_at < now_seconds() - IDEMPOTENCY_WINDOW,
+                        limit=batch_size)

@@ -4,12 +4,13 @@ import logging
 import secrets as random
 
 from flask import current_app
-from sqlalchemy import and_, func, select, tuple_
+from sqlalchemy import and_, func, select
 
 from app import crypto
 from app.clock import now_seconds
 from app.errors import Conflict, NotFound
 from app.extensions import db
+from app.sql import delete_batch
 from app.tenants import audit
 from app.tenants.tenant_row import existing_tenant, locked_tenant
 from app.webhooks import events, signatures, ssrf
@@ -156,23 +157,16 @@ def purge_deliveries(cutoff, batch_size):
     """Delete up to `batch_size` attempts made before `cutoff`, then up to `batch_size`
     dispatched events older than it that no attempt refers to any more; return (attempts,
     events) deleted, (0, 0) when none is left."""
-    made = db.session.execute(
-        select(WebhookDelivery.tenant_id, WebhookDelivery.id)
-        .where(WebhookDelivery.at < cutoff).limit(batch_size)).all()
-    if made:
-        db.session.execute(WebhookDelivery.__table__.delete().where(tuple_(
-            WebhookDelivery.tenant_id, WebhookDelivery.id).in_([tuple(row) for row in made])))
+    attempts = delete_batch((WebhookDelivery.tenant_id, WebhookDelivery.id),
+                            WebhookDelivery.at < cutoff, limit=batch_size)
     referred = select(WebhookDelivery.event_id).where(
         WebhookDelivery.tenant_id == WebhookEvent.tenant_id,
         WebhookDelivery.event_id == WebhookEvent.id)
-    old_events = db.session.execute(
-        select(WebhookEvent.tenant_id, WebhookEvent.id).where(
-            WebhookEvent.created_at < cutoff, WebhookEvent.dispatched_at.is_not(None),
-            ~referred.exists()).limit(batch_size)).all()
-    if old_events:
-        db.session.execute(WebhookEvent.__table__.delete().where(tuple_(
-            WebhookEvent.tenant_id, WebhookEvent.id).in_([tuple(row) for row in old_events])))
-    return len(made), len(old_events)
+    old_events = delete_batch((WebhookEvent.tenant_id, WebhookEvent.id),
+                              WebhookEvent.created_at < cutoff,
+                              WebhookEvent.dispatched_at.is_not(None), ~referred.exists(),
+                              limit=batch_size)
+    return attempts, old_events
 
 
 def delivery_stats(now):
