@@ -39,10 +39,14 @@ def insert_unique(model, values, conflict_text):
 def delete_batch(key_columns, *conditions, limit):
     """Delete at most `limit` rows matching `conditions`, found by their primary key
     (`key_columns`): a purge in bounded transactions, never one long DELETE of a day's rows.
-    Returns how many were deleted (0 when none is left)."""
+    The DELETE holds the rows to `conditions` again: a row changed since the SELECT (an
+    idempotency record a retry just renewed) no longer matches, and PostgreSQL re-checks the
+    whole condition on a row it had to wait for. Returns how many were deleted (0 when none is
+    left)."""
     keys = db.session.execute(select(*key_columns).where(*conditions).limit(limit)).all()
     if keys:
         table = key_columns[0].class_.__table__  # Core: nothing in the session to update
-        db.session.execute(delete(table).where(tuple_(*key_columns).in_(
-            [tuple(key) for key in keys])))
-    return len(keys)
+        deleted = db.session.execute(delete(table).where(
+            tuple_(*key_columns).in_([tuple(key) for key in keys]), *conditions))
+        return deleted.rowcount
+    return 0

@@ -1,10 +1,17 @@
 """flask intents purge: expired intents and their replay records go, live ones stay."""
+import threading
+import time
+
+import psycopg2
+import pytest
 import time_machine
 from sqlalchemy import event, func, select
+from sqlalchemy.engine import make_url
 
 from app.extensions import db
 from app.intents.models import IdempotencyRecord, Intent, SeenResponse
 from app.webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookEvent
+from tests.conftest import TEST_DATABASE_URL
 from tests.support import scale_response
 
 
@@ -108,3 +115,52 @@ def test_every_purge_deletes_in_bounded_batches(runner, client, tenant):
     assert max(deleted) == 2 and sum(deleted) == 15
     assert _count(client.application, IdempotencyRecord) == 0
     assert _count(client.application, WebhookEvent) == 0
+
+
+def test_an_idempotency_record_renewed_while_the_purge_runs_is_kept(runner, client, tenant):
+    """The purge finds stale records, then deletes them: a record a retry renews in between
+    (a new execution of its key, past the 24 h window) is not stale any more and must stay,
+    or the key's next retry would verify again. PostgreSQL: the DELETE waits for the renewing
+    transaction's lock and then re-checks its condition on the renewed row."""
+    if not TEST_DATABASE_URL:
+        pytest.skip("PostgreSQL's row locks order the purge after the renewal")
+    owner = f"tenant:{tenant.tenant_id}"
+    with client.application.app_context():
+        db.session.add(IdempotencyRecord(owner=owner, idempotency_key="k", body_digest="0" * 64,
+                                         cleared=True, created_at=1_700_000_000))
+        db.session.commit()
+    renewing = psycopg2.connect(make_url(TEST_DATABASE_URL).set(
+        drivername="postgresql").render_as_string(False))
+    try:
+        renewing.cursor().execute(
+            "UPDATE idempotency_records SET created_at = %s WHERE owner = %s",
+            (int(time.time()), owner))
+        results = []
+        purging = threading.Thread(target=lambda: results.append(
+            runner.invoke(args=["intents", "purge"])))
+        purging.start()
+        _wait_for_a_lock_wait(renewing)  # the purge found the stale record and waits for it
+        renewing.commit()
+        purging.join(timeout=30)
+    finally:
+        renewing.close()
+    assert results[0].exit_code == 0, results[0].output
+    assert "done: 0 intents and 0 idempotency records deleted" in results[0].output
+    assert _count(client.application, IdempotencyRecord) == 1
+
+
+def _wait_for_a_lock_wait(connection, seconds=10):
+    watching = psycopg2.connect(connection.dsn)
+    watching.autocommit = True  # each look sees the activity as it is now
+    try:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            with watching.cursor() as cursor:
+                cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type ="
+                               " 'Lock' AND datname = current_database()")
+                if cursor.fetchone()[0]:
+                    return
+            time.sleep(0.05)
+    finally:
+        watching.close()
+    raise AssertionError("the purge never waited for the renewed record's lock")
