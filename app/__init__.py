@@ -103,6 +103,8 @@ def register_extensions(app):
         _tune_sqlite(db.engine)
     migrate.init_app(app, db, directory=os.path.join(os.path.dirname(app.root_path), "migrations"))
     database.init_app(app, app.config["SQLALCHEMY_ENGINE_OPTIONS"])
+    with app.app_context():
+        database.watch_session_statements(db.engine)
     limits.init_app(app)
     key_cache.init_app(app)
     if app.config["CORS_ORIGINS"]:  # no browser origin allowed: no CORS work per request

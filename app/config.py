@@ -27,6 +27,10 @@ class KeyRingMismatch(ConfigError):
 # being respawned in a loop. Any non-zero status does for the flask CLI.
 CONFIG_ERROR_EXIT_STATUS = 3
 
+# SPEC.md's request timeout: the context store's deadline stays inside it, and a database
+# statement still unanswered when it has passed is cut (app.statement_deadline).
+REQUEST_SECONDS = 30
+
 
 @contextmanager
 def exit_on_config_error():
@@ -140,7 +144,7 @@ def from_environment(instance_path):
         "REQUIRE_TLS": _flag("REQUIRE_TLS", None),  # unset: on in production (see validate)
         "METRICS_ENABLED": _flag("METRICS_ENABLED", False),
         "MAX_CONTENT_LENGTH": 64 * 1024,
-        # How long a request-path statement may wait for PostgreSQL's answer before it is cut
+        # How long a request's statement may wait for PostgreSQL's answer before it is cut
         # (503): above the 5 s a statement may wait for a lock (app.database.LOCK_TIMEOUT), and
         # short enough that a generate whose context store took its whole deadline still
         # answers before gunicorn's worker timeout; capped by SPEC.md's 30 s request budget.
@@ -254,8 +258,9 @@ def validate(config):
     if config["WEBHOOK_LEASE_SECONDS"] <= config["WEBHOOK_TIMEOUT"]:
         raise ConfigError("WEBHOOK_LEASE_SECONDS must be longer than WEBHOOK_TIMEOUT (an "
                           "attempt in flight would be made twice)")
-    if not 0 < config["CONTEXT_STORE_DEADLINE"] < 30:  # SPEC.md's request timeout
-        raise ConfigError("CONTEXT_STORE_DEADLINE must be more than 0 and less than 30 seconds")
+    if not 0 < config["CONTEXT_STORE_DEADLINE"] < REQUEST_SECONDS:
+        raise ConfigError("CONTEXT_STORE_DEADLINE must be more than 0 and less than "
+                          f"{REQUEST_SECONDS} seconds")
     try:
         parse_rate_limit(config["AUTH_FAILURE_LIMIT"])
     except ValueError:

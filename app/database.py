@@ -18,11 +18,12 @@ import time
 from collections import namedtuple
 from contextlib import contextmanager
 
-from flask import current_app, g
+from flask import current_app, g, has_request_context
 from sqlalchemy import create_engine, event
 from sqlalchemy.dialects import postgresql, sqlite
 
 from app import statement_deadline
+from app.config import REQUEST_SECONDS
 from app.errors import Unavailable, database_failure
 
 log = logging.getLogger(__name__)
@@ -31,9 +32,6 @@ UNAVAILABLE_TEXT = "service temporarily unavailable"
 # How long a request-path statement waits for a lock before it gives up (a 503 that leaves
 # nothing written): well inside SPEC.md's 30 s request budget.
 LOCK_TIMEOUT = "5s"
-# SPEC.md's request timeout: a statement still unanswered when it has passed, or after
-# DATABASE_STATEMENT_SECONDS, is cut and the request answered 503 (app.statement_deadline).
-REQUEST_SECONDS = 30
 
 
 class Statement:
@@ -207,7 +205,10 @@ def _connection():
 def _release(_exc=None):
     connection = g.pop("_database_connection", None)
     if connection is not None:
-        connection.close()  # back to the pool
+        if connection.info.pop("cut", False):
+            connection.invalidate()  # closed, not pooled
+        else:
+            connection.close()  # back to the pool
 
 
 def _unavailable(exc, connection):
@@ -305,15 +306,50 @@ def _run(connection, sql):
 
 def _execute(connection, cursor, *statement):
     """cursor.execute(*statement), cut (a disconnect: the 503) when PostgreSQL has not answered
-    within DATABASE_STATEMENT_SECONDS or by the end of the request's budget, if that is sooner."""
-    seconds = current().statement_seconds
+    within the statement's deadline."""
+    seconds = _statement_seconds()
     if seconds is None:
         return cursor.execute(*statement)
-    started = g.get("request_started")  # app.http, on time.perf_counter's clock
-    if started is not None:
-        seconds = min(seconds, max(started + REQUEST_SECONDS - time.perf_counter(), 0.0))
     statement_deadline.start(connection, seconds)
     try:
         return cursor.execute(*statement)
     finally:
+        if statement_deadline.stop():
+            # Cut as its answer came: the connection is dead; _release drops it, so that no
+            # later request takes it from the pool (this engine resets nothing on return).
+            connection.info["cut"] = True
+
+
+def _statement_seconds():
+    """How long a statement of this request may wait for PostgreSQL's answer:
+    DATABASE_STATEMENT_SECONDS, or what is left of the request's budget if that is sooner.
+    None where nothing is watched (SQLite answers from a file, not a socket)."""
+    seconds = current().statement_seconds
+    started = g.get("request_started")  # app.http, on time.perf_counter's clock
+    if seconds is not None and started is not None:
+        seconds = min(seconds, max(started + REQUEST_SECONDS - time.perf_counter(), 0.0))
+    return seconds
+
+
+def watch_session_statements(engine):
+    """The same deadline for the ORM session's statements in a request (the tenant, admin and
+    webhook endpoints), which would otherwise wait on a frozen database, or on a row lock a
+    stuck transaction holds, until gunicorn killed the worker. Statements outside a request
+    (the CLI, migrations, the webhook worker) are not watched: a migration may rightly run for
+    minutes. A connection cut as its answer came is dropped when it goes back to the pool, as
+    the session's rollback on return fails on it."""
+    if current().statement_seconds is None:
+        return
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def _watch(_connection, cursor, _statement, _parameters, _context, _executemany):
+        if has_request_context():
+            statement_deadline.start(cursor.connection, _statement_seconds())
+
+    @event.listens_for(engine, "after_cursor_execute")
+    def _answered(*_args):
+        statement_deadline.stop()
+
+    @event.listens_for(engine, "handle_error")
+    def _failed(_context):
         statement_deadline.stop()

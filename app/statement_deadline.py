@@ -1,4 +1,4 @@
-"""A deadline for the request path's PostgreSQL statements.
+"""A deadline for the PostgreSQL statements of a request.
 
 A database that stops answering on a connection already open (a PgBouncer PAUSE, a hung primary,
 a network that drops packets) would hold the request until gunicorn's worker timeout: libpq waits
@@ -15,6 +15,7 @@ import threading
 import time
 
 POLL_SECONDS = 0.25
+CUT = float("inf")  # an entry's deadline once its connection was cut: never cut twice
 
 _lock = threading.Lock()
 _in_flight = {}  # thread id -> [deadline (perf_counter), socket's fd]
@@ -31,9 +32,12 @@ def start(dbapi_connection, seconds):
 
 
 def stop():
-    """The statement has its answer (or its error): stop watching it."""
+    """The statement has its answer (or its error): stop watching it. True when the watcher cut
+    its connection meanwhile: the statement may have had its answer just before, but the
+    connection is dead all the same and must not go back to the pool."""
     with _lock:
-        _in_flight.pop(threading.get_ident(), None)
+        entry = _in_flight.pop(threading.get_ident(), None)
+    return entry is not None and entry[0] == CUT
 
 
 def _start_watcher():
@@ -51,7 +55,7 @@ def _watch():
         with _lock:  # held while cutting: the statement's thread cannot close the fd meanwhile
             for entry in _in_flight.values():
                 if entry[0] <= now:
-                    entry[0] = float("inf")  # cut once
+                    entry[0] = CUT
                     _cut(entry[1])
 
 

@@ -1,13 +1,15 @@
 """Config, request ids, the error envelope, health."""
 import json
+import socket
 import threading
 import time
 
+import psycopg2
 import pytest
 from cryptography.fernet import Fernet
 from sqlalchemy.engine import make_url
 
-from app import config, create_app
+from app import config, create_app, statement_deadline
 from app.config import ConfigError
 from tests.conftest import TEST_DATABASE_URL
 from tests.servers import FreezableProxy
@@ -136,6 +138,57 @@ def test_a_database_that_stops_answering_is_a_503_within_the_statement_deadline(
         assert client.get("/health").status_code == 200
     finally:
         proxy.close()
+
+
+def test_a_session_statement_held_by_a_stuck_transaction_is_a_503_within_the_deadline(
+        settings, make_tenant):
+    """The ORM session's statements (here a key creation, which locks the tenant's row) are
+    watched too: a lock a stuck transaction holds would otherwise keep the request waiting
+    until gunicorn killed the worker, with no answer at all."""
+    if not TEST_DATABASE_URL:
+        pytest.skip("a database reached over a socket (TEST_DATABASE_URL)")
+    tenant = make_tenant("pro")
+    client = create_app({**settings, "DATABASE_STATEMENT_SECONDS": 1}).test_client()
+    stuck = psycopg2.connect(make_url(TEST_DATABASE_URL).set(
+        drivername="postgresql").render_as_string(False))
+    try:
+        stuck.cursor().execute("SELECT id FROM tenants WHERE id = %s FOR UPDATE",
+                               (tenant.tenant_id,))
+        answers = []
+        asking = threading.Thread(target=lambda: answers.append(client.post(
+            "/v1/tenant/keys", headers=tenant.headers, json={"name": "ci"})))
+        started = time.monotonic()
+        asking.start()
+        asking.join(timeout=10)
+        waited = time.monotonic() - started
+    finally:
+        stuck.rollback()
+        stuck.close()
+    asking.join(timeout=30)
+    assert_envelope(answers[0], 503, "service temporarily unavailable")
+    assert waited < 4, waited  # DATABASE_STATEMENT_SECONDS is 1 here; nothing else stops it
+    # Nothing was written, and the cut connection was dropped: the next request succeeds.
+    listed = client.get("/v1/tenant/keys", headers=tenant.headers).get_json()["keys"]
+    assert [key["name"] for key in listed] == ["default"]
+    assert client.post("/v1/tenant/keys", headers=tenant.headers,
+                       json={"name": "ci"}).status_code == 201
+
+
+def test_a_statement_cut_as_its_answer_came_is_reported_as_cut():
+    """The watcher may cut a connection just after its statement was answered: the answer
+    stands, but the connection is dead, and the caller must be told so that it does not go
+    back to the pool (app.database drops it) for a later request to fail on."""
+    ours, theirs = socket.socketpair()
+    try:
+        statement_deadline.start(ours, 0)
+        theirs.settimeout(5)
+        assert theirs.recv(1) == b""  # the watcher shut our end down: the peer reads its end
+        assert statement_deadline.stop() is True
+        statement_deadline.start(ours, 60)
+        assert statement_deadline.stop() is False
+    finally:
+        ours.close()
+        theirs.close()
 
 
 def test_a_database_failure_is_logged_with_its_cause_and_never_the_password(settings, migrated,
