@@ -14,6 +14,7 @@ from standardwebhooks import Webhook, WebhookVerificationError
 from app.clock import now_seconds
 from app.extensions import db
 from app.sql import unit_of_work
+from app.tenants import audit
 from app.webhooks import delivery, events
 from app.webhooks.models import WebhookEndpoint, WebhookEvent
 from tests.receivers import Receiver
@@ -299,6 +300,11 @@ def test_every_audit_action_recorded_is_one_an_endpoint_may_subscribe_to():
                                source)[0])
     assert len(recorded) == len(events.AUDIT_ACTIONS)
     assert recorded == set(events.AUDIT_ACTIONS)
+
+
+def test_the_audit_log_refuses_an_action_missing_from_the_list(app, tenant):
+    with app.app_context(), pytest.raises(ValueError, match="AUDIT_ACTIONS"):
+        audit.record(tenant.tenant_id, "key.created")
 
 
 def test_usage_alerts_default_and_set(client, tenant):

@@ -20,14 +20,9 @@ def purge(retention, batch_size):
     """Delete intents (and their replay records) expired longer ago than the margin,
     idempotency records past their 24 h, and webhook deliveries older than 30 days: each in
     transactions of at most --batch-size rows, so it is safe to interrupt and run again."""
-    cutoff, purged = now_seconds() - retention, 0
-    while True:
-        with unit_of_work():  # one transaction a batch: no long lock on a large table
-            deleted = service.purge_expired_intents(cutoff, batch_size)
-        if not deleted:
-            break
-        purged += deleted
-        click.echo(f"purged {purged} intents")
+    cutoff = now_seconds() - retention
+    purged = _in_batches(lambda: (service.purge_expired_intents(cutoff, batch_size),),
+                         progress=lambda totals: click.echo(f"purged {totals[0]} intents"))[0]
     stale = _in_batches(lambda: (service.purge_idempotency_records(batch_size),))[0]
     click.echo(f"done: {purged} intents and {stale} idempotency records deleted")
     # Webhook deliveries are kept 30 days, and purged with the intents.
@@ -36,9 +31,10 @@ def purge(retention, batch_size):
     click.echo(f"webhooks: {attempts} delivery attempts and {events} events deleted")
 
 
-def _in_batches(purge_batch):
-    """Run `purge_batch` (it returns counts) one transaction at a time until it deletes
-    nothing; return the sums."""
+def _in_batches(purge_batch, progress=None):
+    """Run `purge_batch` (it returns counts) one transaction at a time, so that no long lock
+    is held on a large table, until it deletes nothing; return the sums. `progress` is told
+    the sums after each batch that deleted something."""
     totals = None
     while True:
         with unit_of_work():
@@ -46,3 +42,5 @@ def _in_batches(purge_batch):
         totals = counts if totals is None else tuple(map(sum, zip(totals, counts)))
         if not any(counts):
             return totals
+        if progress is not None:
+            progress(totals)

@@ -16,7 +16,11 @@ from app.webhooks import events
 
 def record(tenant_id, action, **details):
     """Add an entry to the caller's transaction. Entries are numbered per tenant under the
-    tenant row's lock, so concurrent changes of one tenant queue here and never collide."""
+    tenant row's lock, so concurrent changes of one tenant queue here and never collide.
+    `action` is one of events.AUDIT_ACTIONS, the list webhook subscriptions are checked
+    against: an action missing there could never be subscribed to."""
+    if action not in events.AUDIT_ACTIONS:
+        raise ValueError(f"audit action {action!r} is not in events.AUDIT_ACTIONS")
     locked_tenant(tenant_id)
     next_id = db.session.execute(
         select(func.coalesce(func.max(AuditEntry.id), 0) + 1)

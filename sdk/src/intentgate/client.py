@@ -28,15 +28,15 @@ from intentgate.models import IntentSignature, KeyRotation, Usage, VerificationR
 from intentgate.signing import ScaleResponse, jcs_number
 
 QUOTA_TEXT = "monthly verification limit reached"
+# The longest Retry-After a 5xx is retried after. A longer one (a proxy's, or 'Retry-After:
+# 99999999999') would hold the caller for hours or for ever, and waiting less would not honour
+# it: the error is raised at once instead, and the caller decides, as after a 429.
+MAX_RETRY_AFTER = 60
 # What requests raises when the network fails, before or during the answer. An answer cut off
 # mid-body (a reset, a connection closed short of its Content-Length or last chunk) is
 # ChunkedEncodingError, and a body that does not decompress ContentDecodingError: neither is a
 # ConnectionError, yet both are the lost answer that a retry (with verify's one
 # Idempotency-Key) is for.
-# The longest Retry-After a 5xx is retried after. A longer one (a proxy's, or 'Retry-After:
-# 99999999999') would hold the caller for hours or for ever, and waiting less would not honour
-# it: the error is raised at once instead, and the caller decides, as after a 429.
-MAX_RETRY_AFTER = 60
 NETWORK_FAILURES = (requests.ConnectionError, requests.Timeout,
                     requests.exceptions.ChunkedEncodingError,
                     requests.exceptions.ContentDecodingError)
