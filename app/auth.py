@@ -29,6 +29,7 @@ from app.errors import (ApiError, Forbidden, NotFound, TooManyRequests, Unauthor
 from app.openapi import Blueprint
 from app.sql import MAX_ID
 from app.tenants import key_cache, keys, scopes as key_scopes
+from app.tenants.tenant_row import INACTIVE_KEY
 from app.traffic import limits
 
 KEY_HEADER = "X-Service-Key"
@@ -38,7 +39,7 @@ KEY_PATTERN = re.compile(r"key_live_[0-9a-f]{48}")
 
 # Per-endpoint 401 texts from SPEC.md: (missing key, invalid key).
 GATE_TEXTS = ("invalid or missing X-Service-Key", "invalid or missing X-Service-Key")
-ACCOUNT_TEXTS = ("Missing X-Service-Key header", "Invalid or inactive API key")
+ACCOUNT_TEXTS = ("Missing X-Service-Key header", INACTIVE_KEY)
 
 
 @dataclass(frozen=True)

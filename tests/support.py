@@ -90,3 +90,38 @@ def cleared_day(tenant_id, day, shard, count):
     return DailyUsage(tenant_id=tenant_id, day=day, shard=shard, verifications=count,
                       cleared=count, unknown_intent=0, expired_intent=0, replayed_intent=0,
                       invalid_signature=0, timestamp_out_of_window=0, replayed_response=0)
+
+
+def postgresql_connection():
+    """A psycopg2 connection of its own to TEST_DATABASE_URL: another client's transaction,
+    holding locks while the service runs."""
+    import psycopg2
+    from sqlalchemy.engine import make_url
+
+    from tests.conftest import TEST_DATABASE_URL
+
+    return psycopg2.connect(make_url(TEST_DATABASE_URL).set(
+        drivername="postgresql").render_as_string(False))
+
+
+def wait_for_a_lock_wait(dsn, seconds=10):
+    """Until some session of the database waits for a lock (the service's statement has reached
+    the row another transaction holds), at most `seconds`."""
+    import time
+
+    import psycopg2
+
+    watching = psycopg2.connect(dsn)
+    watching.autocommit = True  # each look sees the activity as it is now
+    try:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            with watching.cursor() as cursor:
+                cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type ="
+                               " 'Lock' AND datname = current_database()")
+                if cursor.fetchone()[0]:
+                    return
+            time.sleep(0.05)
+    finally:
+        watching.close()
+    raise AssertionError("no statement ever waited for the lock")

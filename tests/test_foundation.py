@@ -4,7 +4,6 @@ import socket
 import threading
 import time
 
-import psycopg2
 import pytest
 from cryptography.fernet import Fernet
 from sqlalchemy.engine import make_url
@@ -13,7 +12,7 @@ from app import config, create_app, statement_deadline
 from app.config import ConfigError
 from tests.conftest import TEST_DATABASE_URL
 from tests.servers import FreezableProxy
-from tests.support import assert_envelope
+from tests.support import assert_envelope, postgresql_connection
 
 KEY_NEW, KEY_OLD = Fernet.generate_key().decode(), Fernet.generate_key().decode()
 
@@ -149,8 +148,7 @@ def test_a_session_statement_held_by_a_stuck_transaction_is_a_503_within_the_dea
         pytest.skip("a database reached over a socket (TEST_DATABASE_URL)")
     tenant = make_tenant("pro")
     client = create_app({**settings, "DATABASE_STATEMENT_SECONDS": 1}).test_client()
-    stuck = psycopg2.connect(make_url(TEST_DATABASE_URL).set(
-        drivername="postgresql").render_as_string(False))
+    stuck = postgresql_connection()
     try:
         stuck.cursor().execute("SELECT id FROM tenants WHERE id = %s FOR UPDATE",
                                (tenant.tenant_id,))

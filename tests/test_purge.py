@@ -2,17 +2,15 @@
 import threading
 import time
 
-import psycopg2
 import pytest
 import time_machine
 from sqlalchemy import event, func, select
-from sqlalchemy.engine import make_url
 
 from app.extensions import db
 from app.intents.models import IdempotencyRecord, Intent, SeenResponse
 from app.webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookEvent
 from tests.conftest import TEST_DATABASE_URL
-from tests.support import scale_response
+from tests.support import postgresql_connection, scale_response, wait_for_a_lock_wait
 
 
 def _count(app, model):
@@ -129,8 +127,7 @@ def test_an_idempotency_record_renewed_while_the_purge_runs_is_kept(runner, clie
         db.session.add(IdempotencyRecord(owner=owner, idempotency_key="k", body_digest="0" * 64,
                                          cleared=True, created_at=1_700_000_000))
         db.session.commit()
-    renewing = psycopg2.connect(make_url(TEST_DATABASE_URL).set(
-        drivername="postgresql").render_as_string(False))
+    renewing = postgresql_connection()
     try:
         renewing.cursor().execute(
             "UPDATE idempotency_records SET created_at = %s WHERE owner = %s",
@@ -139,7 +136,7 @@ def test_an_idempotency_record_renewed_while_the_purge_runs_is_kept(runner, clie
         purging = threading.Thread(target=lambda: results.append(
             runner.invoke(args=["intents", "purge"])))
         purging.start()
-        _wait_for_a_lock_wait(renewing)  # the purge found the stale record and waits for it
+        wait_for_a_lock_wait(renewing.dsn)  # the purge found the stale record and waits for it
         renewing.commit()
         purging.join(timeout=30)
     finally:
@@ -148,19 +145,3 @@ def test_an_idempotency_record_renewed_while_the_purge_runs_is_kept(runner, clie
     assert "done: 0 intents and 0 idempotency records deleted" in results[0].output
     assert _count(client.application, IdempotencyRecord) == 1
 
-
-def _wait_for_a_lock_wait(connection, seconds=10):
-    watching = psycopg2.connect(connection.dsn)
-    watching.autocommit = True  # each look sees the activity as it is now
-    try:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            with watching.cursor() as cursor:
-                cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type ="
-                               " 'Lock' AND datname = current_database()")
-                if cursor.fetchone()[0]:
-                    return
-            time.sleep(0.05)
-    finally:
-        watching.close()
-    raise AssertionError("the purge never waited for the renewed record's lock")

@@ -1,13 +1,17 @@
 """Tenant self-service (CONTRACT.md): several API keys, the audit log, daily usage by outcome."""
 import base64
 import json
+import threading
+import time
 
 import pytest
 import time_machine
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
-from tests.support import assert_envelope, scale_response
+from tests.conftest import TEST_DATABASE_URL
+from tests.support import (assert_envelope, postgresql_connection, scale_response,
+                           wait_for_a_lock_wait)
 
 T0 = 1_800_000_000  # 2027-01-15 08:00 UTC
 
@@ -52,6 +56,35 @@ def test_a_revoked_key_is_refused_at_once_and_the_last_one_stays(client, tenant)
     assert_envelope(client.delete(f"/v1/tenant/keys/{first_id}", headers=headers), 404,
                     "API key not found")
     assert _usage(client, second["api_key"]).status_code == 200
+
+
+def test_a_change_in_flight_with_a_key_revoked_meanwhile_is_refused(client, tenant):
+    """Authentication reads the key before the change locks the tenant's row. A revocation
+    that commits in between (here holding that lock while the change waits for it) has
+    answered: the change is refused as the key is now, and nothing is written."""
+    if not TEST_DATABASE_URL:
+        pytest.skip("PostgreSQL's row locks hold the change between authentication and write")
+    other = _create_key(client, tenant.headers, name="other",
+                        scopes=["usage:read", "keys:write"]).get_json()
+    other_headers = {"X-Service-Key": other["api_key"]}
+    revoking = postgresql_connection()
+    try:
+        cursor = revoking.cursor()
+        cursor.execute("SELECT id FROM tenants WHERE id = %s FOR UPDATE", (tenant.tenant_id,))
+        answers = []
+        changing = threading.Thread(target=lambda: answers.append(
+            _create_key(client, tenant.headers, name="minted", scopes=["signing:write"])))
+        changing.start()
+        wait_for_a_lock_wait(revoking.dsn)  # authenticated, now waiting for the tenant's row
+        cursor.execute("UPDATE api_keys SET revoked_at = %s WHERE tenant_id = %s AND id <> %s",
+                       (int(time.time()), tenant.tenant_id, other["id"]))
+        revoking.commit()
+        changing.join(timeout=30)
+    finally:
+        revoking.close()
+    assert_envelope(answers[0], 401, "Invalid or inactive API key")
+    listed = client.get("/v1/tenant/keys", headers=other_headers).get_json()["keys"]
+    assert [key["name"] for key in listed] == ["other"]
 
 
 def test_at_most_ten_active_keys(client, tenant):

@@ -14,7 +14,7 @@ from app.clock import billing_period, expiry, now_seconds
 from app.errors import Conflict, NotFound, Unauthorized
 from app.extensions import db
 from app.tenants import audit, metering, scopes as key_scopes
-from app.tenants.tenant_row import existing_tenant, locked_tenant
+from app.tenants.tenant_row import INACTIVE_KEY, active_keys, existing_tenant, locked_tenant
 from app.tenants.models import ApiKey, SigningKey, Tenant
 
 log = logging.getLogger(__name__)
@@ -25,15 +25,10 @@ LAST_KEY = "this is the tenant's last active API key: create another one first"
 DEFAULT_NAME = "default"
 
 
-def _active(now):
-    return (ApiKey.revoked_at.is_(None),
-            or_(ApiKey.expires_at.is_(None), ApiKey.expires_at > now))
-
-
 def _active_count(tenant_id, now):
     return db.session.execute(
         select(func.count()).select_from(ApiKey).where(ApiKey.tenant_id == tenant_id,
-                                                       *_active(now))
+                                                       *active_keys(now))
     ).scalar_one()
 
 
@@ -70,7 +65,7 @@ def list_keys(tenant_id):
     """The tenant's keys that still authenticate, oldest first (never a secret)."""
     existing_tenant(tenant_id)
     return db.session.execute(
-        select(ApiKey).where(ApiKey.tenant_id == tenant_id, *_active(now_seconds()))
+        select(ApiKey).where(ApiKey.tenant_id == tenant_id, *active_keys(now_seconds()))
         .order_by(ApiKey.created_at, ApiKey.id)
     ).scalars().all()
 
@@ -79,7 +74,7 @@ def revoke_key(tenant_id, key_id):
     locked_tenant(tenant_id)
     now = now_seconds()
     row = db.session.execute(
-        select(ApiKey).where(ApiKey.tenant_id == tenant_id, ApiKey.id == key_id, *_active(now))
+        select(ApiKey).where(ApiKey.tenant_id == tenant_id, ApiKey.id == key_id, *active_keys(now))
     ).scalar_one_or_none()
     if row is None:
         raise NotFound("API key not found")
@@ -104,19 +99,19 @@ def rotate(tenant_id, key_id=None):
     now = now_seconds()
     if key_id is None:
         newest = db.session.execute(
-            select(ApiKey.id).where(ApiKey.tenant_id == tenant_id, *_active(now))
+            select(ApiKey.id).where(ApiKey.tenant_id == tenant_id, *active_keys(now))
             .order_by(ApiKey.created_at.desc(), ApiKey.id.desc()).limit(1)
         ).scalar_one_or_none()
         if newest is None:
             raise NotFound("the tenant has no active API key")
         key_id = newest
     old = db.session.execute(
-        update(ApiKey).where(ApiKey.id == key_id, ApiKey.tenant_id == tenant_id, *_active(now))
+        update(ApiKey).where(ApiKey.id == key_id, ApiKey.tenant_id == tenant_id, *active_keys(now))
         .values(revoked_at=now)
         .returning(ApiKey.name, ApiKey.expires_at, ApiKey.prefix, ApiKey.scopes)
     ).first()
     if old is None:
-        raise Unauthorized("Invalid or inactive API key")
+        raise Unauthorized(INACTIVE_KEY)
     # The new key does what the old one did: rotation neither widens nor narrows a key.
     row, api_key = issue(tenant_id, key_scopes.held(old.scopes), old.name, old.expires_at, now)
     audit.record(tenant_id, "api_key.rotated", key_id=key_id, prefix=old.prefix,
