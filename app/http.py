@@ -44,18 +44,31 @@ def _parse_body(allow_empty):
 
 
 def _body_bytes():
-    """The whole body, at most MAX_CONTENT_LENGTH bytes however it was framed."""
+    """The whole body, at most MAX_CONTENT_LENGTH bytes however it was framed. Read once per
+    request, and its outcome kept, the bytes or the refusal: a view run again in the same
+    request (app.auth, on a fresh lookup) reads what the first run read. The stream is spent
+    by then, so a second reading would take what came before a chunked framing error, or a
+    body cut at the limit, for the whole body."""
+    outcome = g.get("body_outcome")
+    if outcome is None:
+        try:
+            outcome = _read_body()
+        except (BadRequest, RequestEntityTooLarge) as refusal:
+            outcome = refusal
+        g.body_outcome = outcome
+    if isinstance(outcome, Exception):
+        raise outcome
+    return outcome
+
+
+def _read_body():
     try:
         raw = request.get_data(cache=True)
         # Werkzeug stops a chunked body (no Content-Length) at the limit without a word; one
         # more byte from the server's stream tells a body cut short from one exactly that long.
-        # That byte is gone once read, so the answer is kept: a view run again in the same
-        # request (app.auth, on a fresh lookup) must not take the cut body for the whole.
         if request.content_length is None:
             limit = request.max_content_length
-            if limit is not None and len(raw) >= limit and (
-                    g.get("body_over_limit") or request.environ["wsgi.input"].read(1)):
-                g.body_over_limit = True
+            if limit is not None and len(raw) >= limit and request.environ["wsgi.input"].read(1):
                 raise RequestEntityTooLarge()
     except ParseException:
         # gunicorn parses chunked framing lazily, while the app reads: a malformed chunk size
@@ -67,11 +80,11 @@ def _body_bytes():
 def assign_request_id():
     supplied = request.headers.get("X-Request-Id", "")
     state = g._get_current_object()  # the proxy looked through once
-    state.request_id = supplied if _acceptable_request_id(supplied) else uuid.uuid4().hex
+    state.request_id = supplied if acceptable_request_id(supplied) else uuid.uuid4().hex
     state.request_started = time.perf_counter()  # also read by app.metrics
 
 
-def _acceptable_request_id(supplied):
+def acceptable_request_id(supplied):
     """The caller's id fits the pattern and holds no key or secret: it is written into every
     log line and audit entry of the request (and so into audit webhooks), none of which may
     ever hold one. A key_live_... id (a client sending its key in the wrong header) is

@@ -34,6 +34,8 @@ from gunicorn.http.errors import (
 from gunicorn.workers.gthread import ThreadWorker
 from gunicorn.workers.sync import SyncWorker
 
+from app.http import acceptable_request_id
+
 MALFORMED = (400, "Bad Request", "malformed HTTP request")
 # What gunicorn refuses, as (status, reason, error text); the first class that matches wins.
 REFUSALS = (
@@ -77,7 +79,7 @@ class JsonErrors:
     def handle_error(self, req, client, addr, exc):
         answer = describe(exc)
         status, reason, error = answer
-        request_id = uuid.uuid4().hex
+        request_id = _caller_request_id(req) or uuid.uuid4().hex
         if answer is FAILED:
             # Where it failed, but not the exception's text, which may quote the request.
             self.log.error("request failed in the server: %s (status %d, request_id %s)\n%s",
@@ -90,6 +92,15 @@ class JsonErrors:
             util.write_nonblock(client, error_answer(status, reason, error, request_id))
         except Exception:  # noqa: BLE001 - the client may be gone; gunicorn ignores this too
             self.log.debug("Failed to send error message.")
+
+
+def _caller_request_id(req):
+    """The caller's X-Request-Id when gunicorn had parsed the headers (a worker stopped in the
+    middle of a request) and the app would have echoed it; None otherwise."""
+    for name, value in getattr(req, "headers", None) or ():
+        if name == "X-REQUEST-ID":
+            return value if acceptable_request_id(value) else None
+    return None
 
 
 class JsonErrorsSyncWorker(JsonErrors, SyncWorker):

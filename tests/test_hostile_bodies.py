@@ -394,20 +394,28 @@ def test_chunked_bodies_through_gunicorn_are_held_to_64_kib_and_well_formed(serv
         assert body["request_id"] == headers["x-request-id"]
 
 
-def test_a_chunked_body_over_64_kib_is_refused_for_a_kept_principal_too(gunicorn, make_tenant):
+def test_a_chunked_body_is_refused_for_a_kept_principal_too(gunicorn, make_tenant):
     """A principal kept in Redis (PostgreSQL) whose request is refused is asked again on a fresh
-    lookup, and the view runs again: the body's 413 must stand the second time too, though the
-    byte that told it is gone (the view once took the cut body for the whole and issued an
-    intent)."""
+    lookup, and the view runs again: the body's refusal must stand the second time too, though
+    the stream is spent by then. The view once took a body cut at the limit, or what came
+    before a framing error, for the whole body, and issued an intent."""
     server = gunicorn(workers=1)
     head = _chunked_head("/v1/intent/generate", make_tenant("pro").headers["X-Service-Key"])
     valid = b'{"user_token": "hostile-user-token"}'
+    whole_then_bad = b"%x\r\n%s\r\nzz\r\n" % (len(valid), valid)  # a whole body, then garbage
+    at_limit = _chunked(valid.ljust(64 * 1024, b" "))
+    refusals = [
+        (_chunked(valid.ljust(64 * 1024 + 1, b" ")), 413, "request body too large (limit 64 KiB)"),
+        (whole_then_bad, 400, "request body has malformed chunked encoding"),
+        (_chunked(valid, size_line=b"zz"), 400, "request body has malformed chunked encoding"),
+        (at_limit[:-len(b"0\r\n\r\n")] + b"zz\r\n", 400,
+         "request body has malformed chunked encoding"),
+    ]
     # The first request reads the key from the database and keeps its principal; the others
     # take it from Redis.
-    for _ in range(3):
-        status, headers, body = _raw_exchange(server.port, head,
-                                              _chunked(valid.ljust(64 * 1024 + 1, b" ")))
-        assert (status, body["error"]) == (413, "request body too large (limit 64 KiB)")
+    for framed, expected_status, error in [refusals[0], *refusals]:
+        status, headers, body = _raw_exchange(server.port, head, framed)
+        assert (status, body["error"]) == (expected_status, error)
         assert body["request_id"] == headers["x-request-id"]
 
 
@@ -460,10 +468,13 @@ def test_a_worker_stopped_by_its_timeout_answers_in_the_envelope(embedded_gunico
     leak_watch.add(created["api_key"], created["signing_secret"])
     server = start(workers=1, threads=1, GUNICORN_TIMEOUT=2)
     head = ("POST /v1/intent/generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            f"X-Service-Key: {created['api_key']}\r\nContent-Length: 100\r\n\r\n")
+            f"X-Service-Key: {created['api_key']}\r\nContent-Length: 100\r\n"
+            "X-Request-Id: slow-client.1\r\n\r\n")
     status, headers, body = _raw_exchange(server.port, head, b'{"user_token":')
     assert (status, headers["content-type"]) == (500, "application/json")
-    assert body == {"error": "internal server error", "request_id": headers["x-request-id"]}
+    # The caller's request id, as on every other answer.
+    assert body == {"error": "internal server error", "request_id": "slow-client.1"}
+    assert headers["x-request-id"] == "slow-client.1"
     assert "request failed in the server" in server.log_path.read_text(errors="replace")
 
 
