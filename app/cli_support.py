@@ -30,11 +30,19 @@ def one_line_errors(command):
         try:
             return command(*args, **kwargs)
         except ApiError as exc:
-            raise click.ClickException(exc.error) from None
+            raise click.ClickException(_with_details(exc)) from None
         except ValidationError as exc:
             raise click.ClickException(_first_message(exc.messages)) from None
 
     return wrapper
+
+
+def _with_details(exc):
+    """The error text, and what its details add to it (the id of a key already registered),
+    as the HTTP answer's `details` says it."""
+    added = [message for messages in (exc.details or {}).values() for message in messages
+             if message != exc.error]
+    return exc.error + "".join(f" ({message})" for message in added)
 
 
 def echo_json(value):

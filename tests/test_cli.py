@@ -4,6 +4,8 @@ import json
 import pytest
 import time_machine
 from click.testing import CliRunner
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519
 from flask.cli import FlaskGroup
 from sqlalchemy import event
 
@@ -104,6 +106,20 @@ def test_a_public_key_file_that_is_not_text_is_a_one_line_error(runner, tmp_path
                      str(binary))
     assert result.exit_code == 1
     assert result.output == "Error: PUBLIC_KEY_FILE must be text: a PEM file or base64\n"
+
+
+def test_a_public_key_registered_twice_names_the_key_that_holds_it(runner, tmp_path):
+    tenant = _create(runner)
+    public_key = ed25519.Ed25519PrivateKey.generate().public_key()
+    pem = tmp_path / "key.pem"
+    pem.write_bytes(public_key.public_bytes(serialization.Encoding.PEM,
+                                            serialization.PublicFormat.SubjectPublicKeyInfo))
+    added = json.loads(_invoke(runner, "tenants", "signing-keys", "add",
+                               str(tenant["tenant_id"]), str(pem)).stdout)
+    again = _invoke(runner, "tenants", "signing-keys", "add", str(tenant["tenant_id"]), str(pem))
+    assert again.exit_code == 1
+    assert again.output == ("Error: this public key is already registered (already registered "
+                            f"as signing key {added['id']})\n")
 
 
 def test_deactivate_activate_and_rotate_key(runner, client):

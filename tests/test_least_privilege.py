@@ -105,7 +105,8 @@ def test_no_key_grants_more_than_it_holds(client, tenant, leak_watch):
 @pytest.mark.parametrize("scopes, error", [
     (["intents", "admin"], "scopes must be drawn from: intents, usage:read, keys:write, "
                            "signing:write, webhooks:write"),
-    ([], "scopes must name 1 to 5 scopes"),
+    ([], "scopes must list 1 to 10 scope names"),
+    (["intents"] * 11, "scopes must list 1 to 10 scope names"),
     ("intents", "scopes must be a list of scope names"),
     ([1], "scopes must be drawn from: intents, usage:read, keys:write, signing:write, "
           "webhooks:write"),

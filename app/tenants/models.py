@@ -111,7 +111,9 @@ class SigningKey(db.Model):
 
     @property
     def fingerprint(self):
-        """As OpenSSH writes it: people compare it with `ssh-keygen -l` of the key they hold."""
+        """In OpenSSH's form (`SHA256:`, unpadded base64), over the 32 raw bytes as CONTRACT.md
+        says. Not the value `ssh-keygen -l` shows: it hashes the key's SSH wire form (its type
+        name, then the bytes)."""
         digest = hashlib.sha256(base64.b64decode(self.public_key)).digest()
         return "SHA256:" + base64.b64encode(digest).decode("ascii").rstrip("=")
 

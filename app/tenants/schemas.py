@@ -253,8 +253,10 @@ class ApiKeyCreateSchema(RequestSchema):
         fields.String(validate=validate.OneOf(scopes.SCOPES, error=SCOPES_MESSAGE),
                       error_messages={"invalid": SCOPES_MESSAGE}),
         load_default=None,
+        # Room for each scope named twice (the set is what is kept), no more.
         validate=validate.Length(min=1, max=len(scopes.SCOPES) * 2,
-                                 error="scopes must name 1 to 5 scopes"),
+                                 error=f"scopes must list 1 to {len(scopes.SCOPES) * 2} "
+                                       "scope names"),
         error_messages={"invalid": "scopes must be a list of scope names"},
         metadata={"description": "What the key may do (default: [\"intents\"]), never more than "
                                  "the key that creates it: " + "; ".join(
