@@ -73,10 +73,11 @@ def test_headers_read_after_a_hit_cost_no_second_call(app, client, tenant, monke
     assert peeks == []  # the headers came from the hit's own answer
 
 
-def test_a_frozen_store_is_asked_once_a_second(settings, migrated, make_tenant, disposable_redis,
-                                               monkeypatch):
-    """The breaker: after a timeout the worker answers by the failure policy for a second
-    without asking the store; /health says the store is failing meanwhile; then it asks again."""
+def test_a_frozen_store_is_asked_once_then_by_no_request_until_it_answers(
+        settings, migrated, make_tenant, disposable_redis, monkeypatch):
+    """The breaker: after a timeout the worker answers by the failure policy without asking the
+    store, for as long as the store does not answer (a thread of the worker asks it once a
+    second); /health says the store is failing meanwhile; once it answers, requests use it."""
     url, process = disposable_redis
     app = _app_on(settings, url)  # REDIS_SOCKET_TIMEOUT 0.3 s
     client = app.test_client()
@@ -93,27 +94,29 @@ def test_a_frozen_store_is_asked_once_a_second(settings, migrated, make_tenant, 
         opened = time.monotonic()
         assert_envelope(first, 503, "rate limit store unavailable")
         answers = []
-        while time.monotonic() - opened < 0.6:
+        # Past two of the breaker's seconds: the store is asked again in the background only.
+        while time.monotonic() - opened < 2.5 * BREAKER_SECONDS:
             started = time.monotonic()
             response = client.get("/v1/tenant/usage", headers=tenant.headers)
             answers.append((response.status_code, time.monotonic() - started))
         health = client.get("/health")
-        still_open = time.monotonic() - opened < 1
-        asked_while_open = len(asked)
+        asked_while_frozen = len(asked)
     finally:
         process.send_signal(signal.SIGCONT)
     # The mechanism: one call reached the store (the one that timed out), none after it.
-    assert asked_while_open == 1 and len(answers) >= 3
+    assert asked_while_frozen == 1 and len(answers) >= 3
     assert {status for status, _ in answers} == {503}
-    if still_open:
-        assert health.status_code == 503
-        assert health.get_json()["checks"]["rate_limit_store"] == "unavailable"
+    assert health.status_code == 503
+    assert health.get_json()["checks"]["rate_limit_store"] == "unavailable"
     # Within 50 ms on a quiet machine (bench it there); asserted here only as what no load
-    # can blur: the typical answer waited for no store timeout (0.3 s). The guarantee itself is
-    # the count above: no store call while the breaker is open.
-    assert sorted(seconds for _, seconds in answers)[len(answers) // 2] < 0.25
-    time.sleep(1.1)  # the breaker's second is over: the store is asked again, and answers
-    assert client.get("/v1/tenant/usage", headers=tenant.headers).status_code == 200
+    # can blur: no answer waited for the store's timeout (0.3 s). The guarantee itself is the
+    # count above: no store call from a request while the breaker is open.
+    assert max(seconds for _, seconds in answers) < 0.25
+    # The store answers again: the worker's thread finds it within a second or two.
+    deadline = time.monotonic() + 10
+    while client.get("/v1/tenant/usage", headers=tenant.headers).status_code != 200:
+        assert time.monotonic() < deadline, "the breaker never closed"
+        time.sleep(0.05)
     assert client.get("/health").status_code == 200
 
 

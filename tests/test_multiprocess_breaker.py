@@ -1,6 +1,6 @@
 """A frozen Redis under four real gunicorn workers: each worker pays one timeout, then answers
-by the failure policy (and /health as failing) for a second without asking the store; all
-recover after SIGCONT."""
+by the failure policy (and /health as failing) without asking the store for as long as it stays
+frozen; all recover after SIGCONT."""
 import signal
 import time
 import uuid
@@ -33,7 +33,7 @@ def _ask(server, headers, count, threads=4, paths=("/v1/tenant/usage",)):
         return list(pool.map(call, enumerate(request_ids))), set(request_ids)
 
 
-def test_a_frozen_redis_costs_each_worker_one_timeout_a_second(gunicorn, make_tenant,
+def test_a_frozen_redis_costs_each_worker_one_timeout(gunicorn, make_tenant,
                                                               disposable_redis):
     url, process = disposable_redis
     server = gunicorn(workers=4, REDIS_URL=url, **SETTINGS)
@@ -43,18 +43,20 @@ def test_a_frozen_redis_costs_each_worker_one_timeout_a_second(gunicorn, make_te
 
     process.send_signal(signal.SIGSTOP)
     try:
-        started = time.monotonic()
-        # /health among them: its ping of the store opens the breaker too.
-        statuses, frozen_ids = _ask(server, tenant.headers, 80,
-                                    paths=("/v1/tenant/usage", "/health"))
-        seconds = time.monotonic() - started
+        started, statuses, frozen_ids = time.monotonic(), [], set()
+        # Bursts over three of the breaker's seconds; /health among them: its ping of the
+        # store opens the breaker too.
+        while time.monotonic() - started < 3:
+            burst, ids = _ask(server, tenant.headers, 40, paths=("/v1/tenant/usage", "/health"))
+            statuses += burst
+            frozen_ids |= ids
     finally:
         process.send_signal(signal.SIGCONT)
         resumed = time.monotonic()
-    assert statuses == [503] * 80
+    assert set(statuses) == {503}
 
-    # Per worker (from the access log): answers that waited for the store's timeout are at most
-    # one per second of the burst (plus the first); every other answer asked nothing of it.
+    # Per worker (from the access log): one answer waited for the store's timeout, the first;
+    # every other answer asked nothing of it, however long the store stays frozen.
     workers, fast = 0, []
     for one in _servers(server):
         by_pid = {}
@@ -64,14 +66,14 @@ def test_a_frozen_redis_costs_each_worker_one_timeout_a_second(gunicorn, make_te
         workers += len(by_pid)
         for pid, durations in by_pid.items():
             slow = [ms for ms in durations if ms >= TIMEOUT * 1000 * 0.8]
-            assert len(slow) <= 1 + int(seconds), (pid, durations)
+            assert len(slow) <= 1, (pid, durations)
             fast += [ms for ms in durations if ms < TIMEOUT * 1000 * 0.8]
     assert workers >= 1
     # The others within 50 ms, on a machine not starved of CPU: the median of all of them, as a
     # worker that answered only one or two can be descheduled for longer than that.
     assert sorted(fast)[len(fast) // 2] < 50, sorted(fast)
 
-    # Recovered within 2 s of SIGCONT: every worker asks the store again once its second is up.
+    # Recovered within 2 s of SIGCONT: a thread of every worker asks the store once a second.
     time.sleep(max(0.0, 2 - (time.monotonic() - resumed)))
     statuses, _ = _ask(server, tenant.headers, 32)
     assert statuses == [200] * 32

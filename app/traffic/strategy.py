@@ -7,10 +7,13 @@ names one hash slot); on any other storage through its `take_token`/`peek_tokens
 setup's database storage, app.traffic.storage). limits' own proposal for a token bucket
 (limits PR #364) has the same four methods, so this can give way to it when it ships.
 
-A store that does not answer costs one timeout per worker per second: after a failure the
-strategy raises StoreUnavailable for a second without asking the store (the circuit breaker).
-On a Redis Cluster the breaker is per master: one that is down takes only its own slots' buckets
-with it, the others keep answering.
+A store that does not answer costs a worker one timeout, then none while it stays down: after a
+failure the strategy raises StoreUnavailable at once, without asking the store (the circuit
+breaker is open), and a thread of the worker asks the store once a second whether it answers
+again, closing the breaker when it does. No request waits for a store that is known to be down
+(CONTRACT.md: under a frozen store every answer comes within 50 ms after the first). On a Redis
+Cluster the breaker is per master: one that is down takes only its own slots' buckets with it,
+the others keep answering.
 """
 import contextvars
 import hashlib
@@ -141,6 +144,16 @@ class _RedisTokens:
         _check(connection)
         return connection
 
+    def ping(self, node):
+        """Ask the store (on a cluster: master `node`, or every master for None) whether it
+        answers; raises the client's error when it does not."""
+        if self.cluster:
+            client = self.storage.get_connection()
+            client.ping(target_nodes=client.get_node(node_name=node) if node
+                        else client.PRIMARIES)
+            return
+        _exchange(self._connection(), (b"PING",))
+
     def node_of(self, key):
         """The cluster master that holds `key` (its breaker's name); one store otherwise."""
         if not self.cluster:
@@ -191,7 +204,8 @@ class TokenBucketRateLimiter(RateLimiter):
         self.tokens = _RedisTokens(storage) if isinstance(storage, RedisStorage) else storage
         self._node_of = getattr(self.tokens, "node_of", _one_store)
         self.errors = storage.base_exceptions
-        self._broken_until = {}  # node (None: the one store) -> monotonic time it may be asked
+        # Open breakers: node (None: the one store) -> the thread asking it whether it answers.
+        self._open = {}
         self._lock = threading.Lock()
         # What this context's last call learnt of each bucket: the rate headers after a hit
         # read it instead of asking the store a second time. forget() at the request's end.
@@ -237,9 +251,9 @@ class TokenBucketRateLimiter(RateLimiter):
 
     @property
     def broken(self):
-        """Whether a breaker is open: the store (or a cluster master) failed within a second."""
-        now = time.monotonic()
-        return any(now < until for until in list(self._broken_until.values()))
+        """Whether a breaker is open: the store (or a cluster master) failed and has not
+        answered since."""
+        return bool(self._open)
 
     def execute(self, *command):
         """A command of another caller of the store (app.tenants.key_cache) on the connection
@@ -247,22 +261,50 @@ class TokenBucketRateLimiter(RateLimiter):
         return self.tokens.execute(*command)
 
     def trip(self):
-        """Open the breaker for a second on behalf of another caller of the store that it failed
-        (app.tenants.key_cache), so a worker still pays one timeout a second, not one per
-        caller; on a cluster it opens `broken` only (no master is named)."""
-        with self._lock:
-            self._broken_until[None] = time.monotonic() + BREAKER_SECONDS
+        """Open the breaker on behalf of another caller of the store that it failed
+        (app.tenants.key_cache, /health), so a worker pays one timeout, not one per caller; on
+        a cluster it opens `broken` only (no master is named)."""
+        self._break(None)
 
     def _ask(self, call, key, *args):
         node = self._node_of(key)
-        if time.monotonic() < self._broken_until.get(node, 0.0):
+        if node in self._open:
+            self._break(node)  # a no-op unless this process has no thread asking (a fork)
             raise StoreUnavailable("breaker open")
         try:
             return call(key, *args)
         except self.errors as exc:
-            with self._lock:
-                self._broken_until[node] = time.monotonic() + BREAKER_SECONDS
+            self._break(node)
             raise StoreUnavailable(type(exc).__name__) from exc
+
+    def _break(self, node):
+        """Open `node`'s breaker until a thread of this process, asking once a second, finds
+        the store answering again."""
+        with self._lock:
+            asking = self._open.get(node)
+            if asking is not None and asking.is_alive():
+                return
+            asking = self._open[node] = threading.Thread(
+                target=self._ask_until_answered, args=(node,), daemon=True,
+                name=f"rate-limit-store-breaker-{node}")
+            asking.start()
+
+    def _ask_until_answered(self, node):
+        while not self._answers(node):
+            pass
+        with self._lock:
+            self._open.pop(node, None)
+
+    def _answers(self, node):
+        """After a second, whether the store answers (waiting at most its socket timeout)."""
+        time.sleep(BREAKER_SECONDS)
+        try:
+            if isinstance(self.tokens, _RedisTokens):
+                self.tokens.ping(node)
+                return True
+            return bool(self.storage.check())
+        except Exception:  # noqa: BLE001 - any failure: still down, asked again in a second
+            return False
 
     def _remember(self, key, bucket):
         seen = self._seen.get()
