@@ -160,9 +160,12 @@ def test_reseal_moves_every_secret_and_an_interrupted_run_resumes(ring_app, leak
                                          "stopped after 1 batches: run again to continue"]
     moved = [token for token in _sealed(app) if _sealed_with(KEY_B, token)]
     assert len(moved) == 2
-    # Interrupted: the old key still sealed secrets here, so it must stay in the ring.
-    with pytest.raises(KeyRingMismatch, match=MISMATCH):
-        ring_app(KEY_B)
+    # Interrupted: the old key still sealed secrets here, so it must stay in the ring; and the
+    # new key sealed some, so the old key alone is refused too.
+    assert _check_values(app) == {ring.check_value(KEY_A), ring.check_value(KEY_B)}
+    for partial in (KEY_B, KEY_A):
+        with pytest.raises(KeyRingMismatch, match=MISMATCH):
+            ring_app(partial)
 
     with app.app_context():
         webhook_id = db.session.execute(text("SELECT id FROM webhook_endpoints")).scalar_one()
@@ -239,7 +242,8 @@ def test_reseal_names_a_secret_no_key_unseals_and_keeps_the_recorded_keys(ring_a
     assert (f"tenants {tenant.tenant_id}: signing_secret_sealed cannot be unsealed with any key "
             "of the ring (add the key that sealed it, or rotate it)") in result.stderr
     assert "done" not in result.stdout
-    assert _check_values(app) == {ring.check_value(KEY_A)}  # KEY_A may not leave the ring yet
+    # KEY_A may not leave the ring yet, and KEY_B sealed the other secret meanwhile.
+    assert _check_values(app) == {ring.check_value(KEY_A), ring.check_value(KEY_B)}
 
 
 def test_a_seal_refuses_a_ring_the_start_could_not_check(base_settings, tmp_path, leak_watch):

@@ -31,6 +31,11 @@ def run(batch_size, max_batches, report):
     is committed; stop after `max_batches` batches that re-sealed something (None: never).
     When every secret is sealed with the first key, the database records only that key."""
     tally, busy_batches = Tally(), 0
+    # Recorded before the first secret is re-sealed with it, as every seal records its key: a
+    # run interrupted half-way leaves secrets under both keys, and a ring lacking either must
+    # then be refused.
+    with unit_of_work():
+        checks.record_sealing_key()
     for model, columns in checks.SEALED_COLUMNS:
         after_id = None
         while True:
