@@ -1,15 +1,18 @@
 """A webhook receiver over real HTTP for the tests: it records every request and answers as
 scripted (a list of statuses; the last one repeats), optionally holding a request open until
-released (a worker killed mid-attempt)."""
+released (a worker killed mid-attempt), or answering its status at once and then stalling in
+the middle of the body it announced (`stall_body`)."""
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class Receiver:
-    def __init__(self, statuses=(204,), location=None):
+    def __init__(self, statuses=(204,), location=None, stall_body=False):
         self.statuses = list(statuses)
         self.location = location
+        self.stall_body = stall_body
+        self.closing = threading.Event()
         self.requests = []
         self.arrived = threading.Condition()
         self.hold = None  # a threading.Event: answer the next request only once it is set
@@ -31,6 +34,13 @@ class Receiver:
                 self.send_response(status)
                 if receiver.location and 300 <= status < 400:
                     self.send_header("Location", receiver.location)
+                if receiver.stall_body:
+                    self.send_header("Content-Length", "1000000")
+                    self.end_headers()
+                    self.wfile.write(b"x" * 100)
+                    self.wfile.flush()
+                    receiver.closing.wait(60)
+                    return
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
@@ -47,6 +57,7 @@ class Receiver:
         return self
 
     def __exit__(self, *exc):
+        self.closing.set()
         self.server.shutdown()
         self.server.server_close()
 

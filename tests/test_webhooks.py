@@ -119,6 +119,20 @@ def test_redirects_are_not_followed(app, client, tenant, leak_watch):
     assert (first["status_code"], first["error"]) == (302, "redirect not followed")
 
 
+def test_a_2xx_whose_body_then_stalls_is_delivered(app, client, tenant, leak_watch):
+    """CONTRACT.md: a 2xx within 15 s is delivered, and at most 4 KiB of the answer is read. A
+    receiver that answers 200 at once and never finishes the body it announced has answered:
+    recorded as delivered when the deadline cuts the body short, not retried as a failure."""
+    app.config["WEBHOOK_TIMEOUT"] = 1.0
+    with Receiver(statuses=[200], stall_body=True) as receiver:
+        created = _create(client, tenant, receiver.url, leak_watch, events=["usage.threshold"])
+        client.post(f"/v1/tenant/webhooks/{created['id']}/test", headers=tenant.headers)
+        _deliver(app)
+        assert len(receiver.wait_for(1)) == 1
+    (attempt,) = _deliveries(client, tenant, created["id"])
+    assert (attempt["status_code"], attempt["delivered"], attempt["error"]) == (200, True, None)
+
+
 def test_a_rotated_secret_signs_beside_the_previous_one_during_the_grace(app, client, tenant,
                                                                         leak_watch):
     with Receiver() as receiver:

@@ -184,10 +184,20 @@ def post(url, body, headers, allow_private, connect_timeout, total_timeout, ca_f
     try:
         connection.request("POST", path, body=body, headers=headers)
         answer = connection.getresponse()
-        content = answer.read(MAX_ANSWER)
         if expired.is_set() or time.monotonic() > deadline:
             raise TimeoutError("no answer within the deadline")
-        return answer.status, content
+        # The status came within the deadline, and it is the answer: a body that then stalls
+        # or breaks off (cut at the deadline) leaves what was read of it.
+        content = bytearray()
+        try:
+            while len(content) < MAX_ANSWER:
+                chunk = answer.read1(MAX_ANSWER - len(content))
+                if not chunk:
+                    break
+                content += chunk
+        except (OSError, http.client.HTTPException):
+            pass
+        return answer.status, bytes(content)
     except OSError:
         if expired.is_set():
             raise TimeoutError("no answer within the deadline") from None
