@@ -3,6 +3,7 @@
 Every setting has a typed parser; a bad value stops start-up with a message naming the variable,
 so a misconfigured worker never comes up half-working.
 """
+import math
 import os
 import re
 import sys
@@ -60,16 +61,19 @@ def _integer(name, default, minimum=None, maximum=None):
     return value
 
 
-def _number(name, default, minimum=0.0):
+def _seconds(name, default):
+    """A timeout or an interval: a finite number of seconds above 0. A timeout of 0 makes a
+    socket fail every call at once (REDIS_SOCKET_TIMEOUT=0 answered every request 503 with
+    Redis healthy), and an interval of 0 turns a worker's wait into a busy loop."""
     raw = _text(name)
     if raw is None:
         return default
     try:
         value = float(raw)
     except ValueError:
-        raise ConfigError(f"{name} must be a number, got {raw!r}") from None
-    if value < minimum:
-        raise ConfigError(f"{name} must be at least {minimum}, got {value}")
+        raise ConfigError(f"{name} must be a number of seconds, got {raw!r}") from None
+    if not 0 < value < math.inf:
+        raise ConfigError(f"{name} must be more than 0 seconds, got {raw!r}")
     return value
 
 
@@ -94,8 +98,8 @@ def _delays(name, default):
         delays = tuple(float(part) for part in raw.split(","))
     except ValueError:
         raise ConfigError(f"{name} must be seconds separated by commas, got {raw!r}") from None
-    if any(delay < 0 for delay in delays):
-        raise ConfigError(f"{name} must not hold negative delays")
+    if not all(0 <= delay < math.inf for delay in delays):  # nan and inf compare false
+        raise ConfigError(f"{name} must hold finite delays of 0 seconds or more, got {raw!r}")
     return delays
 
 
@@ -117,13 +121,13 @@ def from_environment(instance_path):
             "DATABASE_URL", "sqlite:///" + os.path.join(instance_path, "intentgate.db")
         ),
         "REDIS_URL": _text("REDIS_URL"),
-        "REDIS_SOCKET_TIMEOUT": _number("REDIS_SOCKET_TIMEOUT", 0.5),
+        "REDIS_SOCKET_TIMEOUT": _seconds("REDIS_SOCKET_TIMEOUT", 0.5),
         "RATE_LIMIT_STORE_FAILURE": _text("RATE_LIMIT_STORE_FAILURE", "closed"),
         "RATE_LIMIT_FAIL_OPEN_SECONDS": _integer("RATE_LIMIT_FAIL_OPEN_SECONDS", 60, minimum=0),
         "CONTEXT_STORE_URL": _text("CONTEXT_STORE_URL"),
-        "CONTEXT_STORE_CONNECT_TIMEOUT": _number("CONTEXT_STORE_CONNECT_TIMEOUT", 5.0),
-        "CONTEXT_STORE_READ_TIMEOUT": _number("CONTEXT_STORE_READ_TIMEOUT", 20.0),
-        "CONTEXT_STORE_DEADLINE": _number("CONTEXT_STORE_DEADLINE", 25.0),
+        "CONTEXT_STORE_CONNECT_TIMEOUT": _seconds("CONTEXT_STORE_CONNECT_TIMEOUT", 5.0),
+        "CONTEXT_STORE_READ_TIMEOUT": _seconds("CONTEXT_STORE_READ_TIMEOUT", 20.0),
+        "CONTEXT_STORE_DEADLINE": _seconds("CONTEXT_STORE_DEADLINE", 25.0),
         "TAXONOMY_PATH": _text("TAXONOMY_PATH"),
         "CORS_ORIGINS": _origins("CORS_ORIGINS"),
         "SECRET_ENCRYPTION_KEY": _text("SECRET_ENCRYPTION_KEY"),
@@ -138,7 +142,7 @@ def from_environment(instance_path):
         "SMTP_USERNAME": _text("SMTP_USERNAME"),
         "SMTP_PASSWORD": _text("SMTP_PASSWORD"),
         "SMTP_STARTTLS": _flag("SMTP_STARTTLS", False),
-        "SMTP_TIMEOUT": _number("SMTP_TIMEOUT", 10.0),
+        "SMTP_TIMEOUT": _seconds("SMTP_TIMEOUT", 10.0),
         "MAIL_FROM": _text("MAIL_FROM", "keys@intentgate.local"),
         "LOG_LEVEL": _text("LOG_LEVEL", "INFO").upper(),
         "REQUIRE_TLS": _flag("REQUIRE_TLS", None),  # unset: on in production (see validate)
@@ -151,13 +155,13 @@ def from_environment(instance_path):
         "DATABASE_STATEMENT_SECONDS": 10.0,
         # Webhooks (app/webhooks): private addresses and http:// for development and tests only.
         "WEBHOOK_ALLOW_PRIVATE_ADDRESSES": _flag("WEBHOOK_ALLOW_PRIVATE_ADDRESSES", False),
-        "WEBHOOK_CONNECT_TIMEOUT": _number("WEBHOOK_CONNECT_TIMEOUT", 5.0),
-        "WEBHOOK_TIMEOUT": _number("WEBHOOK_TIMEOUT", 15.0),
+        "WEBHOOK_CONNECT_TIMEOUT": _seconds("WEBHOOK_CONNECT_TIMEOUT", 5.0),
+        "WEBHOOK_TIMEOUT": _seconds("WEBHOOK_TIMEOUT", 15.0),
         # Longer than an attempt may last: a dead worker's attempt is made again after it.
         "WEBHOOK_LEASE_SECONDS": _integer("WEBHOOK_LEASE_SECONDS", 60, minimum=1),
         "WEBHOOK_RETRY_DELAYS": _delays("WEBHOOK_RETRY_DELAYS", WEBHOOK_RETRY_DELAYS),
-        "WEBHOOK_POLL_SECONDS": _number("WEBHOOK_POLL_SECONDS", 1.0),
-        "WEBHOOK_SWEEP_SECONDS": _number("WEBHOOK_SWEEP_SECONDS", 300.0),
+        "WEBHOOK_POLL_SECONDS": _seconds("WEBHOOK_POLL_SECONDS", 1.0),
+        "WEBHOOK_SWEEP_SECONDS": _seconds("WEBHOOK_SWEEP_SECONDS", 300.0),
         "WEBHOOK_CA_FILE": _text("WEBHOOK_CA_FILE"),
     }
 
@@ -251,6 +255,9 @@ def validate(config):
     check_database_url(config["SQLALCHEMY_DATABASE_URI"])
     if config["REDIS_URL"] is not None:
         check_redis_url(config["REDIS_URL"])
+    ca_file = config["WEBHOOK_CA_FILE"]
+    if ca_file is not None and not os.access(ca_file, os.R_OK):
+        raise ConfigError(f"WEBHOOK_CA_FILE names no readable file: {ca_file}")
     url = config["CONTEXT_STORE_URL"]
     if url is not None and not urlsplit(url).scheme:
         raise ConfigError("CONTEXT_STORE_URL must be an absolute URL")
