@@ -106,9 +106,9 @@ def _command(*command):
     try:
         return strategy.execute(*command)
     except redis.RedisError as exc:
-        # When the store did not answer, the limiter's breaker opens for a second, so this
-        # worker waits for it once a second in all, not once here and once for the bucket; an
-        # error the store answered (a refused command) concerns these keys only.
+        # When the store did not answer, the limiter's breaker opens until it answers again, so
+        # this worker waits for it once in all, not once here and once for the bucket; an error
+        # the store answered (a refused command) concerns these keys only.
         log.warning("principal cache unavailable", extra={"failure": type(exc).__name__})
         if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
             strategy.trip()

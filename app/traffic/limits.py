@@ -139,7 +139,7 @@ def rate_headers(response):
 def store_available():
     """Whether the store answers; not while the breaker is open (no call to a frozen store). A
     store that does not answer opens the breaker, as a failed bucket call does: /health then
-    costs a worker one timeout a second, like every other request, not one a call."""
+    costs a worker one timeout, like every other request, not one a call."""
     if limiter.limiter.broken:
         return False
     if limiter.storage.check():
