@@ -36,14 +36,20 @@ def record_context_store_failure(failure):
     CONTEXT_STORE_FAILURES.labels(failure=failure).inc()
 
 
+# The methods a label may name; any other token a client sends counts as "other".
+METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"))
+
+
 def observe(response):
     """Count the request (and a verify's verdict); registered only with METRICS_ENABLED."""
-    # The route pattern, not the path: label values must stay few.
+    # The route pattern, not the path, and a known method, not the client's token: label
+    # values must stay few whatever a client sends (each new one is a series on every scrape).
     endpoint = request.url_rule.rule if request.url_rule else "unmatched"
-    REQUESTS.labels(endpoint, request.method, str(response.status_code)).inc()
+    method = request.method if request.method in METHODS else "other"
+    REQUESTS.labels(endpoint, method, str(response.status_code)).inc()
     started = g.get("request_started")  # set by app.http when the request began
     if started is not None:
-        LATENCY.labels(endpoint, request.method).observe(time.perf_counter() - started)
+        LATENCY.labels(endpoint, method).observe(time.perf_counter() - started)
     verdict = g.get("verdict")  # set by the verify view
     if verdict is not None:
         VERDICTS.labels(outcome=verdict).inc()
@@ -60,8 +66,9 @@ def metrics():
         multiprocess.MultiProcessCollector(registry)
     webhooks = CollectorRegistry()
     webhooks.register(WebhookDeliveries())
+    # content_type, not mimetype: CONTENT_TYPE_LATEST carries its charset already.
     return Response(generate_latest(registry) + generate_latest(webhooks),
-                    mimetype=CONTENT_TYPE_LATEST)
+                    content_type=CONTENT_TYPE_LATEST)
 
 
 class WebhookDeliveries:

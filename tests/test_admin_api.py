@@ -99,6 +99,11 @@ def test_list_and_update(client, admin_headers, make_tenant):
     after = client.get(f"/v1/admin/tenants?starting_after={first.tenant_id}",
                        headers=admin_headers).get_json()
     assert [t["tenant_id"] for t in after["tenants"]] == [second.tenant_id]
+    last = client.get(f"/v1/admin/tenants?limit=1&starting_after={first.tenant_id}",
+                      headers=admin_headers).get_json()
+    # A full last page: nothing after it.
+    assert [t["tenant_id"] for t in last["tenants"]] == [second.tenant_id]
+    assert last["has_more"] is False
     assert_envelope(client.get("/v1/admin/tenants?limit=0", headers=admin_headers), 400,
                     "limit must be an integer between 1 and 200")
     patched = client.patch(f"/v1/admin/tenants/{first.tenant_id}", headers=admin_headers,

@@ -76,3 +76,18 @@ def test_metrics_count_verdicts_requests_and_context_failures(metrics_enabled, a
     assert delta("intentgate_http_requests_total", endpoint="/v1/intent/generate", status="502") == 1
     assert re.search(r'intentgate_http_request_duration_seconds_count\{endpoint="/v1/intent/verify"', after)
     assert tenant.api_key not in after
+    # One charset: CONTENT_TYPE_LATEST carries it already.
+    assert client.get("/metrics").headers["Content-Type"] == \
+        "text/plain; version=1.0.0; charset=utf-8"
+
+
+def test_a_method_no_route_knows_is_counted_as_other(metrics_enabled, client):
+    """Each label value is a series on every scrape: a client's made-up method tokens must not
+    add series without bound."""
+    for token in ("XQWERTY", "NGX_B", "BREW"):
+        client.open("/v1/intent/generate", method=token)
+    scraped = client.get("/metrics").get_data(as_text=True)
+    assert "XQWERTY" not in scraped and "BREW" not in scraped
+    # A 405 is answered by routing: no route pattern either.
+    assert _sample(scraped, "intentgate_http_requests_total", endpoint="unmatched",
+                   method="other", status="405") == 3

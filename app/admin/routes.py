@@ -53,8 +53,9 @@ def create_tenant(fields):
 @bp.arguments(TenantListQuerySchema, location="query")
 def list_tenants(query):
     """List tenants by id, `limit` at a time"""
-    tenants = service.list_tenants(limit=query["limit"], after_id=query["starting_after"])
-    return {"tenants": tenants, "has_more": len(tenants) == query["limit"]}
+    # One more than the page holds: whether it exists is has_more, so the last page says false.
+    tenants = service.list_tenants(limit=query["limit"] + 1, after_id=query["starting_after"])
+    return {"tenants": tenants[:query["limit"]], "has_more": len(tenants) > query["limit"]}
 
 
 @bp.get("/tenants/<int:tenant_id>")
