@@ -256,7 +256,7 @@ def validate(config):
     if config["REDIS_URL"] is not None:
         check_redis_url(config["REDIS_URL"])
     ca_file = config["WEBHOOK_CA_FILE"]
-    if ca_file is not None and not os.access(ca_file, os.R_OK):
+    if ca_file is not None and not (os.path.isfile(ca_file) and os.access(ca_file, os.R_OK)):
         raise ConfigError(f"WEBHOOK_CA_FILE names no readable file: {ca_file}")
     url = config["CONTEXT_STORE_URL"]
     if url is not None and not urlsplit(url).scheme:

@@ -20,6 +20,7 @@ from contextlib import contextmanager
 
 from flask import current_app, g, has_request_context
 from sqlalchemy import create_engine, event
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.dialects import postgresql, sqlite
 
 from app import statement_deadline
@@ -32,6 +33,7 @@ UNAVAILABLE_TEXT = "service temporarily unavailable"
 # How long a request-path statement waits for a lock before it gives up (a 503 that leaves
 # nothing written): well inside SPEC.md's 30 s request budget.
 LOCK_TIMEOUT = "5s"
+CUT_TEXT = "statement cut at its deadline"
 
 
 class Statement:
@@ -332,14 +334,19 @@ def _statement_seconds():
 
 
 def watch_session_statements(engine):
-    """The same deadline for the ORM session's statements in a request (the tenant, admin and
-    webhook endpoints), which would otherwise wait on a frozen database, or on a row lock a
-    stuck transaction holds, until gunicorn killed the worker. Statements outside a request
-    (the CLI, migrations, the webhook worker) are not watched: a migration may rightly run for
-    minutes. A connection cut as its answer came is dropped when it goes back to the pool, as
-    the session's rollback on return fails on it."""
+    """The request path's bounds for the ORM session's statements in a request (the tenant,
+    admin and webhook endpoints), which would otherwise wait on a frozen database, or on a row
+    lock a stuck transaction holds, until gunicorn killed the worker: LOCK_TIMEOUT for a lock
+    (then PostgreSQL aborts the statement, a 503 that leaves nothing written), and the
+    statement deadline. Statements outside a request (the CLI, migrations, the webhook worker)
+    are not bounded: a migration may rightly run for minutes."""
     if current().statement_seconds is None:
         return
+
+    @event.listens_for(engine, "begin")
+    def _bound_lock_waits(connection):
+        if has_request_context():  # SET LOCAL: this transaction only (PgBouncer keeps nothing)
+            connection.exec_driver_sql(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
 
     @event.listens_for(engine, "before_cursor_execute")
     def _watch(_connection, cursor, _statement, _parameters, _context, _executemany):
@@ -347,8 +354,15 @@ def watch_session_statements(engine):
             statement_deadline.start(cursor.connection, _statement_seconds())
 
     @event.listens_for(engine, "after_cursor_execute")
-    def _answered(*_args):
-        statement_deadline.stop()
+    def _answered(connection, _cursor, statement, parameters, _context, _executemany):
+        if statement_deadline.stop():
+            # Cut as its answer came: the connection is dead and its transaction lost. Dropped
+            # now (its rollback at the request's end would fail on it), and the request is
+            # the 503 of any statement cut at its deadline.
+            connection.invalidate()
+            raise OperationalError(statement, parameters,
+                                   current().dbapi.OperationalError(CUT_TEXT),
+                                   connection_invalidated=True)
 
     @event.listens_for(engine, "handle_error")
     def _failed(_context):

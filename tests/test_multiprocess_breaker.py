@@ -44,9 +44,9 @@ def test_a_frozen_redis_costs_each_worker_one_timeout(gunicorn, make_tenant,
     process.send_signal(signal.SIGSTOP)
     try:
         started, statuses, frozen_ids = time.monotonic(), [], set()
-        # Bursts over three of the breaker's seconds; /health among them: its ping of the
-        # store opens the breaker too.
-        while time.monotonic() - started < 3:
+        # Bursts over four of the breaker's seconds (the breaker closed after one second would
+        # have paid 4 timeouts a worker); /health among them: its ping opens the breaker too.
+        while time.monotonic() - started < 4.5:
             burst, ids = _ask(server, tenant.headers, 40, paths=("/v1/tenant/usage", "/health"))
             statuses += burst
             frozen_ids |= ids
@@ -56,7 +56,8 @@ def test_a_frozen_redis_costs_each_worker_one_timeout(gunicorn, make_tenant,
     assert set(statuses) == {503}
 
     # Per worker (from the access log): one answer waited for the store's timeout, the first;
-    # every other answer asked nothing of it, however long the store stays frozen.
+    # every other answer asked nothing of it, however long the store stays frozen. One more
+    # is allowed for an answer the shared machine delayed past 240 ms for another reason.
     workers, fast = 0, []
     for one in _servers(server):
         by_pid = {}
@@ -66,7 +67,7 @@ def test_a_frozen_redis_costs_each_worker_one_timeout(gunicorn, make_tenant,
         workers += len(by_pid)
         for pid, durations in by_pid.items():
             slow = [ms for ms in durations if ms >= TIMEOUT * 1000 * 0.8]
-            assert len(slow) <= 1, (pid, durations)
+            assert len(slow) <= 2, (pid, durations)
             fast += [ms for ms in durations if ms < TIMEOUT * 1000 * 0.8]
     assert workers >= 1
     # The others within 50 ms, on a machine not starved of CPU: the median of all of them, as a

@@ -21,6 +21,7 @@ import math
 import os
 import threading
 import time
+import weakref
 
 import hiredis
 import redis
@@ -144,15 +145,18 @@ class _RedisTokens:
         _check(connection)
         return connection
 
-    def ping(self, node):
-        """Ask the store (on a cluster: master `node`, or every master for None) whether it
-        answers; raises the client's error when it does not."""
-        if self.cluster:
-            client = self.storage.get_connection()
-            client.ping(target_nodes=client.get_node(node_name=node) if node
-                        else client.PRIMARIES)
-            return
-        _exchange(self._connection(), (b"PING",))
+    def answers(self, node):
+        """Whether the store answers a PING now (on a cluster: master `node`, or every master
+        for None), through the storage's client and pool: the breaker's thread asks, not a
+        request, and keeps no connection of its own."""
+        if not self.cluster:
+            return self.storage.check()
+        client = self.storage.get_connection()
+        try:
+            return bool(client.ping(target_nodes=client.get_node(node_name=node) if node
+                                    else client.PRIMARIES))
+        except (redis.RedisError, RedisClusterException, OSError):
+            return False
 
     def node_of(self, key):
         """The cluster master that holds `key` (its breaker's name); one store otherwise."""
@@ -285,26 +289,19 @@ class TokenBucketRateLimiter(RateLimiter):
             if asking is not None and asking.is_alive():
                 return
             asking = self._open[node] = threading.Thread(
-                target=self._ask_until_answered, args=(node,), daemon=True,
+                target=_ask_until_answered, args=(weakref.ref(self), node), daemon=True,
                 name=f"rate-limit-store-breaker-{node}")
             asking.start()
 
-    def _ask_until_answered(self, node):
-        while not self._answers(node):
-            pass
+    def _answers(self, node):
+        """Whether the store answers now (waiting at most its socket timeout)."""
+        if isinstance(self.tokens, _RedisTokens):
+            return self.tokens.answers(node)
+        return bool(self.storage.check())  # limits' own health check, which raises nothing
+
+    def _close(self, node):
         with self._lock:
             self._open.pop(node, None)
-
-    def _answers(self, node):
-        """After a second, whether the store answers (waiting at most its socket timeout)."""
-        time.sleep(BREAKER_SECONDS)
-        try:
-            if isinstance(self.tokens, _RedisTokens):
-                self.tokens.ping(node)
-                return True
-            return bool(self.storage.check())
-        except Exception:  # noqa: BLE001 - any failure: still down, asked again in a second
-            return False
 
     def _remember(self, key, bucket):
         seen = self._seen.get()
@@ -312,6 +309,20 @@ class TokenBucketRateLimiter(RateLimiter):
             seen = {}
             self._seen.set(seen)
         seen[key] = bucket
+
+
+def _ask_until_answered(limiter_ref, node):
+    """The breaker's thread: once a second, ask the store whether it answers; close the
+    breaker when it does. Holds the limiter weakly: a limiter that is gone ends it."""
+    while True:
+        time.sleep(BREAKER_SECONDS)
+        limiter = limiter_ref()
+        if limiter is None:
+            return
+        if limiter._answers(node):
+            limiter._close(node)
+            return
+        del limiter
 
 
 def _shape(item):
