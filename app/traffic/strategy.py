@@ -145,12 +145,9 @@ class _RedisTokens:
         _check(connection)
         return connection
 
-    def answers(self, node):
-        """Whether the store answers a PING now (on a cluster: master `node`, or every master
-        for None), through the storage's client and pool: the breaker's thread asks, not a
-        request, and keeps no connection of its own."""
-        if not self.cluster:
-            return self.storage.check()
+    def masters_answer(self, node):
+        """On a cluster: whether master `node` (every master for None) answers a PING now,
+        through the cluster client: the breaker's thread asks, not a request."""
         client = self.storage.get_connection()
         try:
             return bool(client.ping(target_nodes=client.get_node(node_name=node) if node
@@ -294,10 +291,12 @@ class TokenBucketRateLimiter(RateLimiter):
             asking.start()
 
     def _answers(self, node):
-        """Whether the store answers now (waiting at most its socket timeout)."""
-        if isinstance(self.tokens, _RedisTokens):
-            return self.tokens.answers(node)
-        return bool(self.storage.check())  # limits' own health check, which raises nothing
+        """Whether the store answers now (waiting at most its socket timeout): a cluster master
+        by its own PING, any other store by limits' health check (the storage's client and
+        pool, raising nothing), so the thread keeps no connection of its own."""
+        if getattr(self.tokens, "cluster", False):
+            return self.tokens.masters_answer(node)
+        return bool(self.storage.check())
 
     def _close(self, node):
         with self._lock:
