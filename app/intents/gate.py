@@ -34,24 +34,32 @@ from app.webhooks import events
 log = logging.getLogger(__name__)
 
 
-def result(cleared, reason, payload):
-    """The verdict as answered, written as JCS (RFC 8785) text: a cleared payload comes back in
-    the form that was signed, its numbers spelled as JCS spells them (1.0 as 1, -0.0 as 0, 1e16
-    as 10000000000000000, 1e-6 as 0.000001), where a JSON encoder of Python's floats would write
-    1e+16 and 1e-06. The keys are sorted and the text compact, as every other answer's."""
-    verdict = {"cleared": cleared, "reason": reason, "payload": payload if cleared else None}
+def result(cleared, reason, canonical_payload):
+    """The verdict as answered, written as JCS (RFC 8785) text: a cleared payload comes back as
+    the very bytes whose signature was checked (`canonical_payload`, the payload's JCS form), its
+    numbers spelled as JCS spells them (1.0 as 1, -0.0 as 0, 1e16 as 10000000000000000, 1e-6 as
+    0.000001), where a JSON encoder of Python's floats would write 1e+16 and 1e-06. The keys are
+    sorted and the text compact, as every other answer's."""
+    if cleared:
+        # JCS of {"cleared": true, "payload": P, "reason": null}, keys in JCS's order, without
+        # writing the payload a second time.
+        text = b'{"cleared":true,"payload":' + canonical_payload + b',"reason":null}'
+    else:
+        text = canonical_json({"cleared": False, "reason": reason, "payload": None})
     # flask-smorest returns a Response as it is: the schema documents this body, not writes it.
-    return current_app.response_class(canonical_json(verdict), mimetype="application/json")
+    return current_app.response_class(text, mimetype="application/json")
 
 
-def verify(principal, original_intent_hash, response):
-    """Judge a validated ScaleResponse; return the block reason, or None when cleared.
+def verify(principal, original_intent_hash, response, canonical_payload):
+    """Judge a validated ScaleResponse whose payload's JCS form is `canonical_payload`; return
+    the block reason, or None when cleared.
     Raises 429 when the tenant's plan is used up (then nothing was consumed or counted)."""
     now = now_seconds()
     params = {
         "now": now, "intent_hash": original_intent_hash, "owner": principal.owner,
         "match_id": response["match_id"],
-        "signature_ok": _signature_ok(principal, original_intent_hash, response, now),
+        "signature_ok": _signature_ok(principal, original_intent_hash, response,
+                                      canonical_payload, now),
         "timestamp": response["timestamp"],  # within +/-(2**53 - 1): the schema says so
         "skew": current_app.config["CLOCK_SKEW_SECONDS"],
         # A principal from the key cache is confirmed by the gate itself (app.tenants.key_cache).
@@ -236,10 +244,9 @@ def _step_by_step(params):
     return reason
 
 
-def _signature_ok(principal, intent_hash, response, now):
+def _signature_ok(principal, intent_hash, response, canonical_payload, now):
     """The response is signed under the caller's scheme, or under the previous one while its
     grace lasts (a tenant moving between schemes without downtime)."""
-    canonical_payload = canonical_json(response["payload"])
     for scheme in _schemes(principal, now):
         message = signing_message(scheme, intent_hash, response["match_id"],
                                   response["timestamp"], canonical_payload)

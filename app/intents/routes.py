@@ -5,6 +5,7 @@ from app import database
 from app.auth import authenticate, confirm_principal
 from app.http import json_body
 from app.intents import gate, idempotency, service
+from app.intents.signature import canonical_json
 from app.intents.schemas import (
     GenerateSchema,
     IntentSignatureSchema,
@@ -44,7 +45,9 @@ def verify(request_fields):
     idempotency_key = idempotency.key_from_request()
     if idempotency_key:
         confirm_principal()  # a stored verdict is answered before the gate would confirm it
-    principal, payload = g.principal, request_fields["response"]["payload"]
+    principal = g.principal
+    # The bytes the signature is checked over are the bytes a cleared verdict answers.
+    payload = canonical_json(request_fields["response"]["payload"])
     # The view owns the transaction. Without an Idempotency-Key the gate is one statement on
     # PostgreSQL, its own transaction; a retry's stored verdict is looked up first, before the
     # gate applies the plan limit.
@@ -54,7 +57,7 @@ def verify(request_fields):
         if earlier:
             return gate.result(bool(earlier.cleared), earlier.reason, payload), idempotency.REPLAYED
         reason = gate.verify(principal, request_fields["original_intent_hash"],
-                             request_fields["response"])
+                             request_fields["response"], payload)
         if idempotency_key:
             idempotency.record_verdict(principal.owner, idempotency_key, reason)
     g.verdict = reason or "cleared"  # for the access log line and the metrics
