@@ -5,13 +5,13 @@ from app import database
 from app.auth import authenticate, confirm_principal
 from app.http import json_body
 from app.intents import gate, idempotency, service
-from app.intents.signature import canonical_json
 from app.intents.schemas import (
     GenerateSchema,
     IntentSignatureSchema,
     VerificationResultSchema,
     VerifySchema,
 )
+from app.intents.signature import canonical_json
 from app.openapi import Blueprint
 from app.tenants.scopes import INTENTS
 from app.traffic import limits
@@ -47,7 +47,7 @@ def verify(request_fields):
         confirm_principal()  # a stored verdict is answered before the gate would confirm it
     principal = g.principal
     # The bytes the signature is checked over are the bytes a cleared verdict answers.
-    payload = canonical_json(request_fields["response"]["payload"])
+    canonical_payload = canonical_json(request_fields["response"]["payload"])
     # The view owns the transaction. Without an Idempotency-Key the gate is one statement on
     # PostgreSQL, its own transaction; a retry's stored verdict is looked up first, before the
     # gate applies the plan limit.
@@ -55,10 +55,11 @@ def verify(request_fields):
         earlier = idempotency_key and idempotency.claim(
             principal.owner, idempotency_key, idempotency.body_digest(json_body()))
         if earlier:
-            return gate.result(bool(earlier.cleared), earlier.reason, payload), idempotency.REPLAYED
+            verdict = gate.result(bool(earlier.cleared), earlier.reason, canonical_payload)
+            return verdict, idempotency.REPLAYED
         reason = gate.verify(principal, request_fields["original_intent_hash"],
-                             request_fields["response"], payload)
+                             request_fields["response"], canonical_payload)
         if idempotency_key:
             idempotency.record_verdict(principal.owner, idempotency_key, reason)
     g.verdict = reason or "cleared"  # for the access log line and the metrics
-    return gate.result(reason is None, reason, payload)
+    return gate.result(reason is None, reason, canonical_payload)
