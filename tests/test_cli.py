@@ -92,9 +92,11 @@ def test_list_show_set_plan_and_usage(app, runner):
 
 
 @pytest.mark.parametrize("reference", ["nobody@example.com", "99999999999999999999", "²", "٣"])
-@pytest.mark.parametrize("command", ["show", "audit"])  # audit's table header not printed first
+# The listings' table headers are not printed first.
+@pytest.mark.parametrize("command", [["show"], ["audit"], ["keys", "list"],
+                                     ["signing-keys", "list"]])
 def test_unknown_tenant_is_a_one_line_error(runner, reference, command):
-    result = _invoke(runner, "tenants", command, reference)
+    result = _invoke(runner, "tenants", *command, reference)
     assert result.exit_code == 1 and result.output.strip() == "Error: tenant not found"
 
 

@@ -145,8 +145,9 @@ def add_signing_key(tenant, public_key_file, name, expires_in):
 @one_line_errors
 def list_signing_keys(tenant):
     """List a tenant's active signing keys."""
+    listed = signing.list_signing_keys(service.find_tenant(tenant).id)  # no header for an error
     click.echo("ID\tNAME\tFINGERPRINT\tCREATED_AT\tEXPIRES_AT")
-    for key in signing.list_signing_keys(service.find_tenant(tenant).id):
+    for key in listed:
         click.echo(f"{key.id}\t{key.name or '-'}\t{key.fingerprint}\t{key.created_at}\t"
                    f"{key.expires_at or '-'}")
 
@@ -278,8 +279,9 @@ def add_api_key(tenant, name, expires_in, scope_names):
 @one_line_errors
 def list_api_keys(tenant):
     """List a tenant's active API keys (never a secret)."""
+    listed = keys.list_keys(service.find_tenant(tenant).id)  # no header for an error
     click.echo("ID\tNAME\tPREFIX\tSCOPES\tCREATED_AT\tEXPIRES_AT")
-    for row in keys.list_keys(service.find_tenant(tenant).id):
+    for row in listed:
         click.echo(f"{row.id}\t{row.name}\t{row.prefix}...\t{','.join(scopes.listed(row.scopes))}"
                    f"\t{row.created_at}\t{row.expires_at or '-'}")
 
