@@ -152,6 +152,9 @@ def test_compose_and_systemd_files_are_well_formed():
         "service_completed_successfully"
     assert compose["services"]["webhooks"]["command"] == ["flask", "webhooks", "deliver"]
     assert compose["services"]["webhooks"]["image"] == compose["services"]["app"]["image"]
+    # The long-running services come back after an exit, as the systemd units do.
+    assert {name for name, service in compose["services"].items()
+            if service.get("restart") == "unless-stopped"} == {"app", "webhooks"}
     for unit, sections in [("intentgate.service", {"Unit", "Service", "Install"}),
                            ("intentgate-purge.service", {"Unit", "Service"}),
                            ("intentgate-webhooks.service", {"Unit", "Service", "Install"}),

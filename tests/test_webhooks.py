@@ -3,6 +3,7 @@ SSRF rules, rotation, usage alerts; delivered to a real receiver over HTTP by th
 functions (tests/test_multiprocess_webhooks.py runs the worker as processes)."""
 import json
 import re
+import threading
 from pathlib import Path
 
 import pytest
@@ -16,10 +17,11 @@ from app.extensions import db
 from app.sql import unit_of_work
 from app.tenants import audit
 from app.webhooks import delivery, events
-from app.webhooks.models import WebhookEndpoint, WebhookEvent
+from app.webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookEvent
+from tests.conftest import TEST_DATABASE_URL
 from tests.receivers import Receiver
 from tests.servers import ROOT
-from tests.support import assert_envelope
+from tests.support import assert_envelope, postgresql_connection, wait_for_a_lock_wait
 
 NOT_ENCODED = "url's path and query must be percent-encoded (no spaces or non-ASCII characters)"
 
@@ -106,6 +108,45 @@ def test_after_the_last_retry_the_event_is_given_up_and_shown_failed(app, client
     page = client.get(f"/v1/tenant/webhooks/{created['id']}/deliveries?limit=1&before="
                       f"{listed[0]['id']}", headers=tenant.headers).get_json()["deliveries"]
     assert [entry["attempt"] for entry in page] == [2]
+
+
+def test_an_endpoint_deleted_while_its_events_are_dispatched_takes_no_attempt(app, client,
+                                                                              tenant,
+                                                                              leak_watch):
+    """The worker reads a tenant's endpoints, then schedules their first attempts: an endpoint
+    deleted in between (DELETE /v1/tenant/webhooks/<id>) must not end the worker with a
+    foreign-key violation, which left the outbox undelivered wherever nothing restarts it.
+    PostgreSQL: the delete is held open until the dispatch waits for it."""
+    if not TEST_DATABASE_URL:
+        pytest.skip("PostgreSQL's row locks order the dispatch after the delete")
+    created = _create(client, tenant, "http://127.0.0.1:9/hooks", leak_watch,
+                      events=["usage.threshold"])
+    client.post(f"/v1/tenant/webhooks/{created['id']}/test", headers=tenant.headers)
+    deleting = postgresql_connection()
+    outcome = []
+
+    def dispatch():
+        with app.app_context():
+            try:
+                outcome.append(delivery.dispatch(now_seconds()))
+            except Exception as exc:  # noqa: BLE001 - the assertion below names it
+                outcome.append(exc)
+
+    try:
+        deleting.cursor().execute("DELETE FROM webhook_endpoints WHERE id = %s",
+                                  (created["id"],))
+        dispatching = threading.Thread(target=dispatch)
+        dispatching.start()
+        wait_for_a_lock_wait(deleting.dsn)  # the dispatch reached the endpoint being deleted
+        deleting.commit()
+        dispatching.join(timeout=30)
+    finally:
+        deleting.close()
+    assert outcome == [2], outcome  # the endpoint's creation (an audit event) and the test
+    with app.app_context():
+        assert db.session.query(WebhookDelivery).count() == 0
+        assert db.session.query(WebhookEvent).filter(
+            WebhookEvent.dispatched_at.is_(None)).count() == 0
 
 
 def test_redirects_are_not_followed(app, client, tenant, leak_watch):

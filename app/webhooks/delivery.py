@@ -52,9 +52,13 @@ def dispatch(now):
         endpoints = {}
         for event in pending:
             if event.tenant_id not in endpoints:
+                # FOR KEY SHARE: an endpoint deleted concurrently is either gone from this
+                # read (the delete committed first) or waits for this transaction, never
+                # deleted between the read and the first attempt that refers to it.
                 endpoints[event.tenant_id] = db.session.execute(
                     select(WebhookEndpoint.id, WebhookEndpoint.events)
-                    .where(WebhookEndpoint.tenant_id == event.tenant_id)).all()
+                    .where(WebhookEndpoint.tenant_id == event.tenant_id)
+                    .with_for_update(read=True, key_share=True)).all()
             for endpoint_id, subscribed in endpoints[event.tenant_id]:
                 if (endpoint_id == event.endpoint_id if event.endpoint_id
                         else events.receives(subscribed.split(), event.type)):
@@ -134,7 +138,10 @@ def record(attempt, token, outcome, config, now):
         delay = delays[attempt.attempt - 1]
         next_at = now + round(delay * random.uniform(0.9, 1.1))  # jitter: no thundering herd
     with unit_of_work():
-        made = db.session.execute(
+        # The endpoint first (FOR KEY SHARE), as in dispatch: deleting it removes this attempt
+        # (ON DELETE CASCADE), so a delete either came first and there is nothing to record,
+        # or waits until the next attempt is scheduled and removes it too.
+        made = _endpoint_kept(attempt) and db.session.execute(
             update(WebhookDelivery)
             .where(WebhookDelivery.tenant_id == attempt.tenant_id,
                    WebhookDelivery.id == attempt.id, WebhookDelivery.lease_token == token,
@@ -152,6 +159,14 @@ def record(attempt, token, outcome, config, now):
         "outcome": "delivered" if delivered else ("retrying" if next_at else "failed"),
         "recorded": bool(made)})
     return bool(made)
+
+
+def _endpoint_kept(attempt):
+    return db.session.execute(
+        select(WebhookEndpoint.id)
+        .where(WebhookEndpoint.tenant_id == attempt.tenant_id,
+               WebhookEndpoint.id == attempt.endpoint_id)
+        .with_for_update(read=True, key_share=True)).first() is not None
 
 
 def raise_expiring_keys(now):
