@@ -140,7 +140,8 @@ def record(attempt, token, outcome, config, now):
     with unit_of_work():
         # The endpoint first (FOR KEY SHARE), as in dispatch: deleting it removes this attempt
         # (ON DELETE CASCADE), so a delete either came first and there is nothing to record,
-        # or waits until the next attempt is scheduled and removes it too.
+        # or waits until the next attempt is scheduled and removes it too. Locked in the
+        # delete's own order (endpoint, then its attempts), the two never deadlock.
         made = _endpoint_kept(attempt) and db.session.execute(
             update(WebhookDelivery)
             .where(WebhookDelivery.tenant_id == attempt.tenant_id,
