@@ -161,6 +161,21 @@ def test_a_rotated_signing_secret_counts_at_once(client, kept):
     assert new.get_json()["cleared"] is True
 
 
+def test_a_kept_secret_no_key_unseals_is_decided_by_a_fresh_lookup(client, kept, caplog):
+    """A kept copy sealed under a key the ring no longer holds (a reseal retired it, say) is
+    not the database's word: the verify is judged on a fresh lookup, and nothing is logged as
+    unsealable, which only the database's own copy could be."""
+    from cryptography.fernet import Fernet
+
+    _keep_altered(client, kept, signing_secret_sealed=Fernet(Fernet.generate_key()).encrypt(
+        b"sig_live_" + b"c" * 64).decode())
+    intent_hash = _intent(client, kept)
+    caplog.clear()
+    answer = _verify(client, kept, intent_hash, scale_response(kept.signing_secret, intent_hash))
+    assert answer.get_json()["cleared"] is True
+    assert not [record for record in caplog.records if "unsealed" in record.getMessage()]
+
+
 def test_a_revoked_signing_key_counts_at_once(client, kept, admin_headers):
     pairs = [KeyPair(), KeyPair()]
     added = [client.post(f"/v1/admin/tenants/{kept.tenant_id}/signing-keys",

@@ -277,6 +277,10 @@ def _signing_secrets(principal, now):
         if previous and (account.previous_signing_secret_expires_at or 0) >= now:
             secrets.append(crypto.unseal(previous))
     except crypto.SealedSecretError:
+        if principal.fingerprint is not None:
+            # A kept principal's copy may be older than the database's (sealed under a key a
+            # reseal has since retired): a fresh lookup decides, and says so if it fails too.
+            raise key_cache.StaleCredentials() from None
         # Nothing was consumed or counted yet. The operator's to fix (add the key that sealed
         # it to the ring, or rotate the secret), so no Retry-After.
         whose = "tenant_id" if principal.kind == "tenant" else "admin_key_id"
