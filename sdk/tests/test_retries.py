@@ -290,6 +290,17 @@ def test_a_body_without_a_json_form_is_refused_before_anything_is_sent(httpserve
     assert len(httpserver.log) == 0
 
 
+@pytest.mark.parametrize("api_key", [KEY + "\n", KEY + "\r\n", " " + KEY, "\n" + KEY, "",
+                                     "key_live_\u00e9", None])
+def test_a_key_no_header_can_carry_is_refused_without_quoting_it(api_key):
+    """A key read from a file with its line break: requests would raise InvalidHeader with the
+    whole key in its text, which ends up in logs and error trackers."""
+    with pytest.raises(ValidationError) as raised:
+        Client("http://127.0.0.1:9", api_key)
+    assert str(raised.value) == "api_key must be a non-empty string of printable ASCII"
+    assert "key_live_" not in repr(raised.value) and raised.value.__cause__ is None
+
+
 @pytest.mark.parametrize("body", ["<html>a proxy's page</html>", "[1, 2]", ""])
 def test_a_success_status_without_a_json_object_is_a_service_error(httpserver, body):
     """Not a KeyError where the caller reads a field: every error of Client is IntentGateError."""

@@ -28,6 +28,10 @@ from intentgate.models import IntentSignature, KeyRotation, Usage, VerificationR
 from intentgate.signing import ScaleResponse, jcs_number
 
 QUOTA_TEXT = "monthly verification limit reached"
+# The key travels in a header: one that could not (a line break or space from a secret file)
+# is refused here, where requests would raise InvalidHeader quoting the whole key.
+API_KEY_PATTERN = re.compile(r"[\x21-\x7e]+")
+API_KEY_TEXT = "api_key must be a non-empty string of printable ASCII"
 # The longest Retry-After a 5xx is retried after. A longer one (a proxy's, or 'Retry-After:
 # 99999999999') would hold the caller for hours or for ever, and waiting less would not honour
 # it: the error is raised at once instead, and the caller decides, as after a 429.
@@ -49,6 +53,8 @@ class Client:
         """`verify`: the path of a CA bundle, for a service whose certificate a private CA
         issued, or False to skip verification (tests only); None keeps requests' default.
         Given per request, it wins over a session's `verify` and REQUESTS_CA_BUNDLE."""
+        if not isinstance(api_key, str) or not API_KEY_PATTERN.fullmatch(api_key):
+            raise ValidationError(API_KEY_TEXT)  # never the key itself: errors reach logs
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         self.timeout = timeout
