@@ -19,3 +19,6 @@ module.exports = {
   signResponseEd25519,
   signingMessage,
 };
+// index.d.ts declares a default export (index.mjs has one): require('intentgate').default is the
+// same object, so TypeScript compiled to CommonJS finds at run time what its types promise.
+module.exports.default = module.exports;

@@ -17,6 +17,9 @@ test('import and require() give the same functions', () => {
   assert.equal(required.canonicalize, canonicalize);
   assert.equal(required.generateEd25519KeyPair, generateEd25519KeyPair);
   assert.equal(signer, required);
+  // index.d.ts declares a default export for both: TypeScript compiled to CommonJS reads it
+  // as require('intentgate').default.
+  assert.equal(required.default, required);
 });
 
 test('import and require() give the same Client and error classes', () => {
