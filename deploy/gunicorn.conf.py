@@ -17,7 +17,9 @@ import gunicorn.http.wsgi
 # Prometheus in multiprocess mode: each worker writes its samples to a shared directory that
 # /metrics aggregates. prometheus_client reads this when it is first imported, which the settings
 # check below does (in the master, so the workers inherit it).
-if os.environ.get("METRICS_ENABLED", "false").lower() == "true":
+# METRICS_ENABLED is read as app.config reads a flag (1/true/yes/on), which cannot be imported
+# before this is set: "on" must not give each worker counters of its own.
+if os.environ.get("METRICS_ENABLED", "").strip().lower() in ("1", "true", "yes", "on"):
     os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR",
                           tempfile.mkdtemp(prefix="intentgate-metrics-"))
 

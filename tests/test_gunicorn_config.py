@@ -1,6 +1,9 @@
 """deploy/gunicorn.conf.py in itself: the worker count in a container, from fake cgroup files."""
 import importlib.util
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -80,3 +83,22 @@ def test_the_access_line_is_one_json_object_with_credentials_masked_in_any_atom(
     assert extra == {"q": "a=sig_live_[redacted]&b=whsec_[redacted]&c=1",
                      "r": "DELETE /k/key_live_[redacted]?b=whsec_[redacted] HTTP/1.1",
                      "referer": "-"}
+
+
+@pytest.mark.parametrize("value", ["true", "True", " on", "1", "yes", "false", "off", "0", ""])
+def test_metrics_are_aggregated_whenever_the_app_reads_them_as_enabled(value, monkeypatch):
+    """Every spelling app.config takes for true gives the workers the shared directory that
+    /metrics adds up; without it each worker answered with its own counters."""
+    from app.config import _flag
+
+    monkeypatch.setenv("METRICS_ENABLED", value)
+    environment = {**os.environ, "METRICS_ENABLED": value}
+    environment.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import os, runpy; runpy.run_path('deploy/gunicorn.conf.py'); "
+         "print(os.environ.get('PROMETHEUS_MULTIPROC_DIR') or '')"],
+        cwd=ROOT, env=environment, capture_output=True, text=True, timeout=60, check=True)
+    directory = loaded.stdout.strip()
+    assert bool(directory) == _flag("METRICS_ENABLED", False)
+    if directory:
+        os.rmdir(directory)
