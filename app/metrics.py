@@ -1,5 +1,6 @@
 """Prometheus metrics. Under gunicorn with METRICS_ENABLED, samples go to the shared
 PROMETHEUS_MULTIPROC_DIR (set in deploy/gunicorn.conf.py) and /metrics aggregates all workers."""
+import logging
 import os
 import time
 
@@ -15,9 +16,14 @@ from prometheus_client import (
     multiprocess,
 )
 
+from sqlalchemy.exc import InterfaceError, OperationalError
+
 from app.clock import now_seconds
-from app.errors import NotFound
+from app.errors import NotFound, database_failure
+from app.extensions import db
 from app.webhooks.service import delivery_stats
+
+log = logging.getLogger(__name__)
 
 bp = Blueprint("metrics", __name__)
 
@@ -64,11 +70,24 @@ def metrics():
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)
+    # content_type, not mimetype: CONTENT_TYPE_LATEST carries its charset already.
+    return Response(generate_latest(registry) + _webhook_metrics(),
+                    content_type=CONTENT_TYPE_LATEST)
+
+
+def _webhook_metrics():
+    """The webhook gauges, which only the database knows. While it does not answer they are
+    left out (absent, not stale), and the request metrics are served all the same: an outage
+    is when they are wanted most."""
     webhooks = CollectorRegistry()
     webhooks.register(WebhookDeliveries())
-    # content_type, not mimetype: CONTENT_TYPE_LATEST carries its charset already.
-    return Response(generate_latest(registry) + generate_latest(webhooks),
-                    content_type=CONTENT_TYPE_LATEST)
+    try:
+        return generate_latest(webhooks)
+    except (OperationalError, InterfaceError) as exc:
+        db.session.rollback()
+        log.warning("metrics: webhook gauges left out, the database did not answer",
+                    extra=database_failure(exc))
+        return b""
 
 
 class WebhookDeliveries:

@@ -117,6 +117,20 @@ def test_health_is_503_when_the_database_is_gone(settings, migrated, tmp_path):
     assert body["checks"]["database"] == "unavailable"
 
 
+def test_metrics_are_served_while_the_database_is_gone(settings, migrated):
+    """Only the webhook gauges come from the database: the request metrics, wanted most in an
+    outage, are served without them."""
+    settings.update(SQLALCHEMY_DATABASE_URI="postgresql://nobody@127.0.0.1:1/none",
+                    METRICS_ENABLED=True)
+    client = create_app(settings).test_client()
+    assert client.get("/health").status_code == 503
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    text = response.get_data(as_text=True)
+    assert 'intentgate_http_requests_total{endpoint="/health",method="GET",status="503"}' in text
+    assert "intentgate_webhook_attempts" not in text
+
+
 def test_a_database_that_stops_answering_is_a_503_within_the_statement_deadline(
         settings, migrated):
     """libpq waits in C with no timeout: without a deadline the request would hang until
