@@ -57,6 +57,8 @@ def _integer(name, default, minimum=None, maximum=None):
     except ValueError:
         raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        if maximum is None:
+            raise ConfigError(f"{name} must be at least {minimum}, got {value}")
         raise ConfigError(f"{name} must be between {minimum} and {maximum}, got {value}")
     return value
 
@@ -105,6 +107,13 @@ def _delays(name, default):
 
 # CONTRACT.md, Webhooks: retried after 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h, then given up.
 WEBHOOK_RETRY_DELAYS = (5, 300, 1800, 7200, 18000, 36000, 36000)
+
+
+# A browser origin: scheme, host and optional port, nothing else. Flask-CORS reads an entry
+# holding any of *?$^[]()\\ as a regular expression matched at the start of the Origin, so
+# "https://*.acme.example" would allow "https://xacme.example.evil.com": such an entry is
+# refused, not guessed at.
+ORIGIN = re.compile(r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?")
 
 
 def _origins(name):
@@ -243,6 +252,9 @@ def redis_cluster_nodes(url):
 
 
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
 def validate(config):
     """Fail fast on settings that cannot work together."""
     config["SQLALCHEMY_DATABASE_URI"] = normalize_database_url(config["SQLALCHEMY_DATABASE_URI"])
@@ -250,6 +262,13 @@ def validate(config):
         raise ConfigError("DEPLOYMENT_MODE must be 'local' or 'production'")
     if config["REQUIRE_TLS"] is None:
         config["REQUIRE_TLS"] = config["DEPLOYMENT_MODE"] == "production"
+    if config["LOG_LEVEL"] not in LOG_LEVELS:
+        raise ConfigError(f"LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got "
+                          f"{config['LOG_LEVEL']!r}")
+    for origin in config["CORS_ORIGINS"]:
+        if not ORIGIN.fullmatch(origin):
+            raise ConfigError("CORS_ORIGINS must list origins such as https://app.example.com "
+                              f"(scheme, host and port; no wildcard or path), got {origin!r}")
     if config["RATE_LIMIT_STORE_FAILURE"] not in ("closed", "open"):
         raise ConfigError("RATE_LIMIT_STORE_FAILURE must be 'closed' or 'open'")
     check_database_url(config["SQLALCHEMY_DATABASE_URI"])

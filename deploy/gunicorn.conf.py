@@ -171,6 +171,26 @@ certfile = os.environ.get("TLS_CERTFILE") or None
 keyfile = os.environ.get("TLS_KEYFILE") or None
 
 
+def check_tls_files(certificate, key):
+    """Load the pair as gunicorn will: a missing or unreadable file, or a key that does not
+    match, stops gunicorn with one line, where gunicorn would start, log "Listening at:
+    https://" and fail every handshake (or print a traceback)."""
+    if certificate is None:
+        if key is not None:
+            raise app_settings.ConfigError("TLS_KEYFILE is set without TLS_CERTFILE")
+        return
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(certificate, key)
+    except (OSError, ssl.SSLError) as exc:
+        raise app_settings.ConfigError(
+            "TLS_CERTFILE and TLS_KEYFILE must name a readable PEM certificate and its private "
+            f"key ({type(exc).__name__}: {exc.strerror or exc})") from None
+
+
+with app_settings.exit_on_config_error():
+    check_tls_files(certfile, keyfile)
+
+
 # No server software or version in `Server` (CONTRACT.md, Wire format). gunicorn names itself
 # in every response it writes and has no setting for it; its Response reads this module global
 # when each response is made, and the workers fork after this file is read.

@@ -51,7 +51,13 @@ def test_default_config_is_not_testing(monkeypatch, tmp_path):
         ("SECRET_ENCRYPTION_KEY", f"{KEY_NEW} {KEY_OLD}", "SECRET_ENCRYPTION_KEY must be a "
                                                           "Fernet key"),
         ("SECRET_ENCRYPTION_KEY", f"{KEY_NEW},{KEY_OLD}x", "key 2 of the ring is not one"),
-        ("RATE_LIMIT_CAPACITY", "0", "RATE_LIMIT_CAPACITY must be between 1"),
+        ("RATE_LIMIT_CAPACITY", "0", "^RATE_LIMIT_CAPACITY must be at least 1, got 0$"),
+        ("LOG_LEVEL", "bogus", "^LOG_LEVEL must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL, "
+                               "got 'BOGUS'$"),
+        # Flask-CORS would read these as regular expressions matched at the Origin's start.
+        ("CORS_ORIGINS", "https://*.acme.example", "CORS_ORIGINS must list origins such as"),
+        ("CORS_ORIGINS", "https://a.example,https://a.example(", "got 'https://a.example\\('"),
+        ("CORS_ORIGINS", "https://app.example/path", "no wildcard or path"),
         # Timeouts and intervals: a 0 timeout fails every call at once, 0 is a busy loop.
         ("REDIS_SOCKET_TIMEOUT", "0", "REDIS_SOCKET_TIMEOUT must be more than 0 seconds"),
         ("WEBHOOK_TIMEOUT", "-1", "WEBHOOK_TIMEOUT must be more than 0 seconds"),

@@ -102,3 +102,39 @@ def test_metrics_are_aggregated_whenever_the_app_reads_them_as_enabled(value, mo
     assert bool(directory) == _flag("METRICS_ENABLED", False)
     if directory:
         os.rmdir(directory)
+
+
+@pytest.mark.parametrize("files", [
+    lambda pair: (pair["cert"], pair["other_key"]),  # a key of another certificate
+    lambda pair: ("/nonexistent/cert.pem", None),
+    lambda pair: ("/etc/passwd", "/etc/passwd"),
+    lambda pair: (None, pair["key"]),
+    lambda pair: (pair["cert"], None),  # the key is not in the certificate's file
+])
+def test_tls_files_gunicorn_cannot_serve_stop_it_with_one_line(tmp_path, files):
+    """gunicorn started on these, said "Listening at: https://" and failed every handshake (or
+    printed a traceback): now it stops at once, with one line and the settings exit status."""
+    import trustme
+
+    ca = trustme.CA()
+    pair = {}
+    for name, certificate in (("", ca.issue_cert("127.0.0.1")),
+                              ("other_", ca.issue_cert("127.0.0.1"))):
+        pair[name + "cert"] = tmp_path / f"{name}cert.pem"
+        pair[name + "key"] = tmp_path / f"{name}key.pem"
+        certificate.cert_chain_pems[0].write_to_path(pair[name + "cert"])
+        certificate.private_key_pem.write_to_path(pair[name + "key"])
+    certificate_file, key_file = files(pair)
+    environment = {**os.environ, "TLS_CERTFILE": str(certificate_file or ""),
+                   "TLS_KEYFILE": str(key_file or "")}
+    loaded = subprocess.run([sys.executable, "-c", "import runpy; "
+                             "runpy.run_path('deploy/gunicorn.conf.py')"],
+                            cwd=ROOT, env=environment, capture_output=True, text=True, timeout=60)
+    assert loaded.returncode == 3, loaded.stderr
+    (line,) = loaded.stderr.strip().splitlines()
+    assert line.startswith("Configuration error: TLS_"), line
+    # And the pair that does belong together loads.
+    environment.update(TLS_CERTFILE=str(pair["cert"]), TLS_KEYFILE=str(pair["key"]))
+    assert subprocess.run([sys.executable, "-c", "import runpy; "
+                           "runpy.run_path('deploy/gunicorn.conf.py')"], cwd=ROOT, env=environment,
+                          capture_output=True, timeout=60).returncode == 0
