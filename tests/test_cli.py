@@ -1,5 +1,7 @@
 """flask tenants ... and flask admin-keys ... through the CLI runner."""
 import json
+import os
+import threading
 
 import pytest
 import time_machine
@@ -108,6 +110,35 @@ def test_a_public_key_file_that_is_not_text_is_a_one_line_error(runner, tmp_path
                      str(binary))
     assert result.exit_code == 1
     assert result.output == "Error: PUBLIC_KEY_FILE must be text: a PEM file or base64\n"
+
+
+def test_a_public_key_file_past_the_limit_is_refused_without_reading_it_whole(runner, tmp_path):
+    """A stream that never ends (a FIFO kept open here; /dev/zero grew the command to 23 GB):
+    the limit's one extra character is read, then the schema refuses it."""
+    tenant = _create(runner)
+    fifo = tmp_path / "key.fifo"
+    os.mkfifo(fifo)
+    done, closed = threading.Event(), threading.Event()
+
+    def feed():
+        with open(fifo, "w", encoding="utf-8") as stream:
+            stream.write("A" * 10_000)  # past the limit, within the pipe's buffer
+            stream.flush()
+            done.wait(20)  # open, with nothing more to read: a read to the end waits for this
+        closed.set()
+
+    feeding = threading.Thread(target=feed)
+    feeding.start()
+    try:
+        result = _invoke(runner, "tenants", "signing-keys", "add", str(tenant["tenant_id"]),
+                         str(fifo))
+        answered_before_the_end = not closed.is_set()
+    finally:
+        done.set()
+        feeding.join()
+    assert answered_before_the_end
+    assert result.exit_code == 1
+    assert result.output == "Error: public_key must be 1 to 8192 characters\n"
 
 
 def test_a_public_key_registered_twice_names_the_key_that_holds_it(runner, tmp_path):

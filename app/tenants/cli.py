@@ -11,6 +11,7 @@ from app.tenants.schemas import (
     EXPIRES_IN_MAX,
     api_key_create_schema,
     GRACE_MAX,
+    PUBLIC_KEY_MAX,
     signature_scheme_schema,
     signing_key_create_schema,
     signing_key_schema,
@@ -130,7 +131,9 @@ tenants.add_command(signing_keys)
 def add_signing_key(tenant, public_key_file, name, expires_in):
     """Register a public key, read from PUBLIC_KEY_FILE (PEM or base64; - for stdin)."""
     try:
-        public_key = public_key_file.read()
+        # One character past the limit is enough for the schema to refuse it: a huge file (or
+        # /dev/zero) is never read whole into memory.
+        public_key = public_key_file.read(PUBLIC_KEY_MAX + 1)
     except UnicodeDecodeError:
         raise click.ClickException("PUBLIC_KEY_FILE must be text: a PEM file or base64") from None
     fields = signing_key_create_schema.load(

@@ -133,6 +133,7 @@ GRACE_MAX = 7 * 86400
 GRACE_MESSAGE = f"grace_seconds must be an integer between 0 and {GRACE_MAX}"
 EXPIRES_IN_MAX = 10 * 365 * 86400
 EXPIRES_IN_MESSAGE = f"expires_in must be an integer between 1 and {EXPIRES_IN_MAX} seconds"
+PUBLIC_KEY_MAX = 8192  # characters: a PEM key is about 113
 
 
 def _grace_field():
@@ -182,7 +183,8 @@ def _expires_in_field():
 class SigningKeyCreateSchema(RequestSchema):
     public_key = fields.String(
         required=True,
-        validate=validate.Length(min=1, max=8192, error="public_key must be 1 to 8192 characters"),
+        validate=validate.Length(min=1, max=PUBLIC_KEY_MAX,
+                                 error=f"public_key must be 1 to {PUBLIC_KEY_MAX} characters"),
         error_messages={"required": "public_key is required", "null": "public_key is required",
                         "invalid": "public_key must be a string"},
         # The pattern documents the base64 form; PEM (SubjectPublicKeyInfo) is accepted too, but
