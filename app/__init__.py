@@ -141,6 +141,7 @@ def register_request_hooks(app):
     """Every request passes these, in this order (Flask runs after_request hooks last first)."""
     app.before_request(http.assign_request_id)
     app.before_request(https_only.refuse_plain_http)
+    app.before_request(http.refuse_leading_slashes)
     after = [https_only.strict_transport, http.protective_headers]
     if app.config["METRICS_ENABLED"]:
         after.append(metrics.observe)

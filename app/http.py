@@ -8,7 +8,7 @@ from gunicorn.http.errors import ParseException
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from app import strict_json
-from app.errors import BadRequest, UnsupportedMediaType
+from app.errors import BadRequest, NotFound, UnsupportedMediaType
 from app.logs import mask_credentials
 
 REQUEST_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,128}")
@@ -82,6 +82,14 @@ def assign_request_id():
     state = g._get_current_object()  # the proxy looked through once
     state.request_id = supplied if acceptable_request_id(supplied) else uuid.uuid4().hex
     state.request_started = time.perf_counter()  # also read by app.metrics
+
+
+def refuse_leading_slashes():
+    """Paths are matched as sent (docs/api.md): werkzeug strips the slashes a path starts with
+    (request.path and routing alike), so "//v1/tenant/usage" would be served as
+    "/v1/tenant/usage", where "/v1//tenant/usage" is not found."""
+    if request.environ.get("PATH_INFO", "").startswith("//"):
+        raise NotFound("not found")
 
 
 def acceptable_request_id(supplied):

@@ -263,6 +263,11 @@ def test_paths_are_not_redirected_nor_hold_control_characters(client, tenant):
                           headers={**tenant.headers, "Host": "evil.example"})
     assert_envelope(doubled, 404, "not found")
     assert "Location" not in doubled.headers
+    # Leading slashes too: werkzeug's routing would strip them and serve the usage.
+    for path in ("//v1/tenant/usage", "///v1/tenant/usage", "//health"):
+        assert_envelope(client.get("/", headers=tenant.headers,
+                                   environ_overrides={"PATH_INFO": path}), 404, "not found")
+    assert client.get("/v1/tenant/usage", headers=tenant.headers).status_code == 200
     # A key id with a NUL or another control character names no key (the database would
     # refuse the NUL with an error of its own).
     for key_id in ("%00", "ab%01cd", "%7F"):
