@@ -251,7 +251,6 @@ def redis_cluster_nodes(url):
     return nodes
 
 
-
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 

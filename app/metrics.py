@@ -15,7 +15,6 @@ from prometheus_client import (
     generate_latest,
     multiprocess,
 )
-
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from app.clock import now_seconds
