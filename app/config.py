@@ -3,6 +3,7 @@
 Every setting has a typed parser; a bad value stops start-up with a message naming the variable,
 so a misconfigured worker never comes up half-working.
 """
+import logging
 import math
 import os
 import re
@@ -251,9 +252,6 @@ def redis_cluster_nodes(url):
     return nodes
 
 
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-
-
 def validate(config):
     """Fail fast on settings that cannot work together."""
     config["SQLALCHEMY_DATABASE_URI"] = normalize_database_url(config["SQLALCHEMY_DATABASE_URI"])
@@ -261,9 +259,10 @@ def validate(config):
         raise ConfigError("DEPLOYMENT_MODE must be 'local' or 'production'")
     if config["REQUIRE_TLS"] is None:
         config["REQUIRE_TLS"] = config["DEPLOYMENT_MODE"] == "production"
-    if config["LOG_LEVEL"] not in LOG_LEVELS:
-        raise ConfigError(f"LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got "
-                          f"{config['LOG_LEVEL']!r}")
+    # The names logging itself takes (WARN and FATAL too, as before this check).
+    if config["LOG_LEVEL"] not in logging.getLevelNamesMapping():
+        raise ConfigError("LOG_LEVEL must be a level name of Python's logging (DEBUG, INFO, "
+                          f"WARNING, ERROR, CRITICAL), got {config['LOG_LEVEL']!r}")
     for origin in config["CORS_ORIGINS"]:
         if not ORIGIN.fullmatch(origin):
             raise ConfigError("CORS_ORIGINS must list origins such as https://app.example.com "

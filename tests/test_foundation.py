@@ -52,8 +52,8 @@ def test_default_config_is_not_testing(monkeypatch, tmp_path):
                                                           "Fernet key"),
         ("SECRET_ENCRYPTION_KEY", f"{KEY_NEW},{KEY_OLD}x", "key 2 of the ring is not one"),
         ("RATE_LIMIT_CAPACITY", "0", "^RATE_LIMIT_CAPACITY must be at least 1, got 0$"),
-        ("LOG_LEVEL", "bogus", "^LOG_LEVEL must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL, "
-                               "got 'BOGUS'$"),
+        ("LOG_LEVEL", "bogus", r"^LOG_LEVEL must be a level name of Python's logging \(DEBUG, "
+                               r"INFO, WARNING, ERROR, CRITICAL\), got 'BOGUS'$"),
         # Flask-CORS would read these as regular expressions matched at the Origin's start.
         ("CORS_ORIGINS", "https://*.acme.example", "CORS_ORIGINS must list origins such as"),
         ("CORS_ORIGINS", "https://a.example,https://a.example(", "got 'https://a.example\\('"),
@@ -79,6 +79,12 @@ def test_bad_settings_fail_fast(monkeypatch, name, value, message):
     monkeypatch.setenv(name, value)
     with pytest.raises(ConfigError, match=message):
         create_app()
+
+
+@pytest.mark.parametrize("name", ["warn", "FATAL", "notset", "Debug"])
+def test_every_level_name_logging_takes_is_a_log_level(monkeypatch, name):
+    monkeypatch.setenv("LOG_LEVEL", name)
+    assert create_app().config["LOG_LEVEL"] == name.upper()
 
 
 def test_a_bad_database_url_is_refused_without_its_password(monkeypatch):
