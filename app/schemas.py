@@ -20,10 +20,16 @@ class RequestSchema(Schema):
     def on_bind_field(self, field_name, field_obj):
         """A null where a field takes none is refused with the field's own text for a wrong
         value, when it has one ("plan must be one of: ..."), not marshmallow's "Field may not be
-        null.", which names no field."""
-        messages, defaults = field_obj.error_messages, _default_messages(type(field_obj))
-        if messages["null"] == defaults["null"] and messages["invalid"] != defaults["invalid"]:
-            messages["null"] = messages["invalid"]
+        null.", which names no field. So is a null inside a list ("scopes": [null])."""
+        _null_as_invalid(field_obj)
+        if isinstance(field_obj, fields.List):
+            _null_as_invalid(field_obj.inner)
+
+
+def _null_as_invalid(field_obj):
+    messages, defaults = field_obj.error_messages, _default_messages(type(field_obj))
+    if messages["null"] == defaults["null"] and messages["invalid"] != defaults["invalid"]:
+        messages["null"] = messages["invalid"]
 
 
 def _default_messages(field_class):

@@ -110,6 +110,8 @@ def test_no_key_grants_more_than_it_holds(client, tenant, leak_watch):
     ("intents", "scopes must be a list of scope names"),
     ([1], "scopes must be drawn from: intents, usage:read, keys:write, signing:write, "
           "webhooks:write"),
+    ([None], "scopes must be drawn from: intents, usage:read, keys:write, signing:write, "
+             "webhooks:write"),
 ])
 def test_scopes_are_validated(client, tenant, scopes, error):
     assert_envelope(_new_key(client, tenant.headers, scopes=scopes), 400, error)

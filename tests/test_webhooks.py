@@ -333,10 +333,11 @@ def test_at_most_five_endpoints_and_deleting_one_makes_room(client, tenant, leak
     _create(client, tenant, "https://93.184.215.14/6", leak_watch)
 
 
-def test_unknown_event_types_are_refused(client, tenant):
+@pytest.mark.parametrize("events", [["usage.thresholds"], [None]])
+def test_unknown_event_types_are_refused(client, tenant, events):
     body = assert_envelope(client.post("/v1/tenant/webhooks", headers=tenant.headers, json={
-        "url": "https://93.184.215.14/x", "events": ["usage.thresholds"]}), 400)
-    assert "events" in body["details"]
+        "url": "https://93.184.215.14/x", "events": events}), 400)
+    assert "events" in body["details"] and "may not be null" not in json.dumps(body)
 
 
 @pytest.mark.parametrize("event_type", ["audit.key.created", "audit.api_key.create",
@@ -368,9 +369,10 @@ def test_usage_alerts_default_and_set(client, tenant):
     answer = client.put("/v1/tenant/usage-alerts", headers=tenant.headers,
                         json={"thresholds": [95, 50, 80, 100]})
     assert answer.status_code == 200 and answer.get_json() == {"thresholds": [50, 80, 95, 100]}
-    for thresholds in ([], [0], [101], [1, 2, 3, 4, 5, 6], ["80"], [True]):
-        assert_envelope(client.put("/v1/tenant/usage-alerts", headers=tenant.headers,
-                                   json={"thresholds": thresholds}), 400)
+    for thresholds in ([], [0], [101], [1, 2, 3, 4, 5, 6], ["80"], [True], [None]):
+        body = assert_envelope(client.put("/v1/tenant/usage-alerts", headers=tenant.headers,
+                                          json={"thresholds": thresholds}), 400)
+        assert "may not be null" not in json.dumps(body)
     entries = client.get("/v1/tenant/audit-log", headers=tenant.headers).get_json()["entries"]
     assert entries[0]["action"] == "usage_alerts.changed"
 
