@@ -18,8 +18,21 @@ def unit_of_work():
         yield
         db.session.commit()
     except BaseException:
+        db.session.info.pop(_AFTER_COMMIT, None)
         db.session.rollback()
         raise
+    for callback in db.session.info.pop(_AFTER_COMMIT, ()):
+        callback()
+
+
+_AFTER_COMMIT = "intentgate_after_commit"
+
+
+def after_commit(callback):
+    """Call `callback` once the unit of work in progress commits, never if it rolls back: for
+    what must follow a change outside the database (a kept principal forgotten), where done
+    before the commit a concurrent request could put back what it read before the change."""
+    db.session.info.setdefault(_AFTER_COMMIT, []).append(callback)
 
 
 def insert_unique(model, values, conflict_text):

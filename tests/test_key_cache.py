@@ -58,10 +58,16 @@ def _keep_altered(client, tenant, **fields):
 
 
 def _revoke_default_key(client, tenant):
+    """Revoke the tenant's first key, and put back the principal kept for it before: as a
+    request that read the key just before the revocation would keep it, or as it stays when
+    Redis did not answer the revocation's forgetting. The write must refuse it."""
+    kept = _kept(tenant)
     with client.application.app_context(), unit_of_work():
         keys.create_key(tenant.tenant_id, name="next")
         (key_id,) = [row.id for row in keys.list_keys(tenant.tenant_id) if row.name == "default"]
         keys.revoke_key(tenant.tenant_id, key_id)
+    assert _kept(tenant) is None  # forgotten when the revocation committed
+    redis.Redis.from_url(TEST_REDIS_URL).set(_entry_name(tenant), kept)
 
 
 @pytest.fixture(params=["enterprise", "free"])
@@ -140,8 +146,11 @@ def test_a_revoked_key_reads_no_stored_verdict(client, kept):
 
 def test_a_deactivated_tenant_is_refused_at_once(client, kept):
     intent_hash = _intent(client, kept)
+    entry = _kept(kept)
     with client.application.app_context(), unit_of_work():
         tenant_service.update_tenant(kept.tenant_id, active=False)
+    assert _kept(kept) is None  # forgotten when the change committed; put back, it is refused
+    redis.Redis.from_url(TEST_REDIS_URL).set(_entry_name(kept), entry)
     assert_envelope(_verify(client, kept, intent_hash,
                             scale_response(kept.signing_secret, intent_hash)), 401, INVALID_KEY)
     assert_envelope(_generate(client, kept), 401, INVALID_KEY)
@@ -235,3 +244,33 @@ def test_an_entry_of_another_shape_is_a_miss(client, kept):
     _keep_altered(client, kept, column_of_another_release=1)
     assert _generate(client, kept).status_code == 200
     assert json.loads(_kept(kept).partition(b" ")[2]) == genuine
+
+
+@pytest.mark.parametrize("change", ["revoke", "rotate", "deactivate"])
+def test_a_key_refused_by_a_change_sends_no_user_token_anywhere(client, kept, httpserver,
+                                                               admin_headers, leak_watch,
+                                                               change):
+    """A generate asks the context store before its write confirms the principal: a key a
+    committed change refuses must be refused before that, not after the user's token went out.
+    The change forgets what was kept for it, so the next request looks the key up afresh."""
+    client.application.config["CONTEXT_STORE_URL"] = httpserver.url_for("/context")
+    httpserver.expect_request("/context").respond_with_json({"tags": ["weather"]})
+    _intent(client, kept)
+    assert len(httpserver.log) == 1 and _kept(kept) is not None
+    if change == "revoke":
+        keys_url = f"/v1/admin/tenants/{kept.tenant_id}/keys"
+        other = client.post(keys_url, headers=admin_headers, json={"name": "next"})
+        leak_watch.add(other.get_json()["api_key"])
+        (mine,) = [key["id"] for key in client.get(keys_url, headers=admin_headers)
+                   .get_json()["keys"] if key["name"] == "default"]
+        answer = client.delete(f"{keys_url}/{mine}", headers=admin_headers)
+    elif change == "rotate":
+        answer = client.post("/v1/tenant/rotate-key", headers=kept.headers)
+        leak_watch.add(answer.get_json()["new_key"])
+    else:
+        answer = client.patch(f"/v1/admin/tenants/{kept.tenant_id}", headers=admin_headers,
+                              json={"active": False})
+    assert answer.status_code == 200, answer.get_json()
+    assert _kept(kept) is None
+    assert_envelope(_generate(client, kept), 401, INVALID_KEY)
+    assert len(httpserver.log) == 1  # the refused key's user token went nowhere

@@ -34,6 +34,7 @@ from types import SimpleNamespace
 import redis
 from flask import current_app
 
+from app import sql
 from app.extensions import limiter
 from app.tenants import keys
 
@@ -89,6 +90,17 @@ def put(tenant):
 
 def forget(digest):
     _command("DEL", PREFIX + digest)
+
+
+def forget_when_committed(digests):
+    """Forget the principals kept for `digests` once the change that refuses them (a key
+    revoked or rotated, a tenant deactivated) commits. The write that acts on a kept principal
+    refuses it anyway; forgotten, it is refused before the request does anything at all (a
+    generate would send the user's token to the context store first)."""
+    if not current_app.extensions.get("key_cache"):
+        return
+    for digest in digests:  # one key a command: in a Redis Cluster, keys of several slots
+        sql.after_commit(lambda digest=digest: forget(digest))
 
 
 @lru_cache(maxsize=1)

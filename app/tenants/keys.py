@@ -13,7 +13,7 @@ from app import crypto, database
 from app.clock import billing_period, expiry, now_seconds
 from app.errors import Conflict, NotFound, Unauthorized
 from app.extensions import db
-from app.tenants import audit, metering, scopes as key_scopes
+from app.tenants import audit, key_cache, metering, scopes as key_scopes
 from app.tenants.tenant_row import INACTIVE_KEY, active_keys, existing_tenant, locked_tenant
 from app.tenants.models import ApiKey, SigningKey, Tenant
 
@@ -70,6 +70,14 @@ def list_keys(tenant_id):
     ).scalars().all()
 
 
+def key_digests(tenant_id):
+    """The digests of the tenant's keys that still authenticate."""
+    return db.session.execute(
+        select(ApiKey.key_digest).where(ApiKey.tenant_id == tenant_id,
+                                        *active_keys(now_seconds()))
+    ).scalars().all()
+
+
 def revoke_key(tenant_id, key_id):
     locked_tenant(tenant_id)
     now = now_seconds()
@@ -82,6 +90,7 @@ def revoke_key(tenant_id, key_id):
         raise Conflict(LAST_KEY)
     row.revoked_at = now
     db.session.flush()
+    key_cache.forget_when_committed([row.key_digest])
     audit.record(tenant_id, "api_key.revoked", key_id=row.id, prefix=row.prefix)
     log.info("api key revoked", extra={"tenant_id": tenant_id, "api_key_id": row.id})
     return row
@@ -108,10 +117,12 @@ def rotate(tenant_id, key_id=None):
     old = db.session.execute(
         update(ApiKey).where(ApiKey.id == key_id, ApiKey.tenant_id == tenant_id, *active_keys(now))
         .values(revoked_at=now)
-        .returning(ApiKey.name, ApiKey.expires_at, ApiKey.prefix, ApiKey.scopes)
+        .returning(ApiKey.name, ApiKey.expires_at, ApiKey.prefix, ApiKey.scopes,
+                   ApiKey.key_digest)
     ).first()
     if old is None:
         raise Unauthorized(INACTIVE_KEY)
+    key_cache.forget_when_committed([old.key_digest])
     # The new key does what the old one did: rotation neither widens nor narrows a key.
     row, api_key = issue(tenant_id, key_scopes.held(old.scopes), old.name, old.expires_at, now)
     audit.record(tenant_id, "api_key.rotated", key_id=key_id, prefix=old.prefix,

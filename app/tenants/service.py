@@ -9,7 +9,7 @@ from app.clock import billing_period, now_seconds
 from app.errors import NotFound
 from app.extensions import db
 from app.sql import MAX_ID, insert_unique
-from app.tenants import audit, keys, mail, metering, scopes, signing
+from app.tenants import audit, key_cache, keys, mail, metering, scopes, signing
 from app.tenants.models import Tenant
 from app.tenants.tenant_row import locked_tenant
 from app.tenants.plans import PAID_PLANS, monthly_limit
@@ -96,6 +96,8 @@ def update_tenant(reference, plan=None, active=None, signature_scheme=None):
     if active is not None and active != tenant.active:
         audit.record(tenant.id, "tenant.activated" if active else "tenant.deactivated")
         tenant.active = active
+        if not active:
+            key_cache.forget_when_committed(keys.key_digests(tenant.id))
     if signature_scheme is not None:
         signing.set_signature_scheme(tenant.id, signature_scheme)
     db.session.flush()
