@@ -164,11 +164,25 @@ def test_the_breaker_applies_the_open_policy_too(settings, migrated, make_tenant
     assert statuses == [200] * 5
 
 
-def test_a_bucket_item_is_capacity_and_refill(app):
+@pytest.mark.parametrize("capacity, refill", [
+    (3, 1), (100, 100), (10, 1000), (1, 100), (5, 200), (100, 4000), (100, 7)])
+def test_a_bucket_item_is_capacity_and_refill(app, capacity, refill):
+    """Exactly the settings, also where no whole number of seconds spells the refill (10 a
+    bucket refilling 1,000 a minute once ran at 600)."""
     with app.app_context():
-        app.config.update(RATE_LIMIT_CAPACITY=3, RATE_LIMIT_REFILL_PER_MINUTE=1)
+        app.config.update(RATE_LIMIT_CAPACITY=capacity, RATE_LIMIT_REFILL_PER_MINUTE=refill)
         item = parse(limits.bucket_limit())
-    assert item.amount == 3 and item.amount / item.get_expiry() == pytest.approx(1 / 60)
+    assert item.amount == capacity
+    assert item.amount / item.get_expiry() * 60 == pytest.approx(refill, rel=1e-6)
+
+
+def test_a_refill_of_no_whole_seconds_limits_requests(app, client, make_tenant):
+    tenant = make_tenant("pro")
+    app.config.update(RATE_LIMIT_CAPACITY=2, RATE_LIMIT_REFILL_PER_MINUTE=7)
+    answers = [client.get("/v1/tenant/usage", headers=tenant.headers) for _ in range(3)]
+    assert [answer.status_code for answer in answers] == [200, 200, 429]
+    assert answers[0].headers["X-RateLimit-Limit"] == "2"
+    assert answers[2].headers["Retry-After"] == "9"  # a token every 60/7 s
 
 
 def test_each_endpoint_resolved_once_still_follows_the_settings(app, client, make_tenant):

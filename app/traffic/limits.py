@@ -39,8 +39,13 @@ def bucket_limit():
 
 @functools.lru_cache(maxsize=16)
 def _bucket_text(capacity, refill_per_minute):
-    seconds = max(1, round(capacity * 60 / refill_per_minute))
-    return f"{capacity} per {seconds} seconds"
+    """Whole seconds where they spell the rate exactly (the default: 100 per 60 seconds), else
+    microseconds (app.traffic.strategy), exact to within a microsecond a refill."""
+    seconds, rest = divmod(capacity * 60, refill_per_minute)
+    if not rest:
+        return f"{capacity} per {seconds} seconds"
+    microseconds = max(1, round(capacity * 60_000_000 / refill_per_minute))
+    return f"{capacity} per {microseconds} microseconds"
 
 
 def failure_limit():

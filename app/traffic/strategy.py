@@ -25,6 +25,7 @@ import weakref
 
 import hiredis
 import redis
+from limits.limits import Granularity, RateLimitItem
 from limits.storage import RedisClusterStorage, RedisStorage
 from limits.strategies import STRATEGIES, RateLimiter
 from limits.util import WindowStats
@@ -327,6 +328,14 @@ def _ask_until_answered(limiter_ref, node):
 def _shape(item):
     """(capacity, refill per second) of an item."""
     return item.amount, item.amount / item.get_expiry()
+
+
+class RateLimitItemPerMicrosecond(RateLimitItem):
+    """"N per M microseconds", registered with limits as its own granularities are: a bucket
+    whose refill no whole number of seconds spells (capacity 10 refilling 1,000 a minute is 10
+    per 0.6 s), which "N per M seconds" would round to another rate."""
+
+    GRANULARITY = Granularity(1e-6, "microsecond")
 
 
 STRATEGIES["token-bucket"] = TokenBucketRateLimiter
