@@ -7,6 +7,7 @@ import threading
 from pathlib import Path
 
 import pytest
+import time_machine
 from cryptography.fernet import Fernet
 from intentgate import verify_webhook
 from sqlalchemy import update
@@ -76,6 +77,24 @@ def test_a_test_event_arrives_signed_as_standard_webhooks(app, client, tenant, l
         Webhook("whsec_" + "A" * 32).verify(test["body"], test["headers"])
     assert all(entry["delivered"] and entry["state"] == "delivered"
                for entry in _deliveries(client, tenant, created["id"]))
+
+
+def test_an_event_goes_to_the_endpoints_there_were_when_it_was_raised(app, client, tenant,
+                                                                      leak_watch):
+    """An endpoint registered after an event was raised, before a worker came round to it,
+    does not receive it: only what happens from its registration on."""
+    with Receiver() as early, Receiver() as late:
+        with time_machine.travel(1_800_000_000, tick=False):
+            first = _create(client, tenant, early.url, leak_watch)
+        with time_machine.travel(1_800_000_005, tick=False):
+            second = _create(client, tenant, late.url, leak_watch)
+        _deliver(app)
+        to_early, to_late = early.wait_for(2), late.wait_for(1)
+    created = [json.loads(request["body"])["data"] for request in to_early]
+    assert sorted(data["details"]["webhook_id"] for data in created) == sorted(
+        [first["id"], second["id"]])
+    (own,) = [json.loads(request["body"])["data"] for request in to_late]
+    assert own["details"]["webhook_id"] == second["id"]
 
 
 def test_a_failed_attempt_is_retried_with_the_same_id_and_both_are_listed(app, client, tenant,

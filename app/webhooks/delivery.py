@@ -56,10 +56,15 @@ def dispatch(now):
                 # read (the delete committed first) or waits for this transaction, never
                 # deleted between the read and the first attempt that refers to it.
                 endpoints[event.tenant_id] = db.session.execute(
-                    select(WebhookEndpoint.id, WebhookEndpoint.events)
+                    select(WebhookEndpoint.id, WebhookEndpoint.events,
+                           WebhookEndpoint.created_at)
                     .where(WebhookEndpoint.tenant_id == event.tenant_id)
                     .with_for_update(read=True, key_share=True)).all()
-            for endpoint_id, subscribed in endpoints[event.tenant_id]:
+            for endpoint_id, subscribed, registered_at in endpoints[event.tenant_id]:
+                # An event goes to the endpoints there were when it was raised, not to one
+                # registered since (before the worker came round to it).
+                if registered_at > event.created_at:
+                    continue
                 if (endpoint_id == event.endpoint_id if event.endpoint_id
                         else events.receives(subscribed.split(), event.type)):
                     db.session.add(WebhookDelivery(
