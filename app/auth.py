@@ -26,6 +26,7 @@ from app import crypto
 from app.admin import service as admin_service
 from app.errors import (ApiError, Forbidden, NotFound, TooManyRequests, Unauthorized,
                         Unavailable)
+from app.http import no_body
 from app.openapi import Blueprint
 from app.sql import MAX_ID
 from app.tenants import key_cache, keys, scopes as key_scopes
@@ -156,23 +157,27 @@ def authenticate(kinds=("tenant", "admin"), texts=GATE_TEXTS, *, scope, cached=F
     confirm a principal from the key cache (see the module's docstring)."""
 
     def decorator(view):
+        reads_body = getattr(view, "reads_body", False)
+
+        def run(principal, *args, **kwargs):
+            if scope is not None:
+                key_scopes.require(principal.scopes, scope)
+            if not reads_body:
+                no_body()
+            return view(*args, **kwargs)
+
         @wraps(view)
         def wrapper(*args, **kwargs):
             principal = authenticated(kinds, texts, cached)
             try:
-                if scope is not None:
-                    key_scopes.require(principal.scopes, scope)
-                return view(*args, **kwargs)
+                return run(principal, *args, **kwargs)
             except _ANSWERS:
                 if principal.fingerprint is None:
                     raise
             # A kept principal's request that did not succeed through the write confirming it:
             # decided again on a fresh lookup, so every refusal is the database's (a revoked
             # key with a bad body is a 401, as it always was).
-            principal = reauthenticated(texts)
-            if scope is not None:
-                key_scopes.require(principal.scopes, scope)
-            return view(*args, **kwargs)
+            return run(reauthenticated(texts), *args, **kwargs)
 
         return _declares(scope)(wrapper)
 
@@ -186,6 +191,8 @@ def for_tenant(scope):
     tenant as `tenant_id` either way."""
 
     def decorator(view):
+        reads_body = getattr(view, "reads_body", False)
+
         @wraps(view)
         def wrapper(*args, tenant_id=None, **kwargs):
             if tenant_id is None:
@@ -196,6 +203,8 @@ def for_tenant(scope):
                 authenticated(("admin",), ACCOUNT_TEXTS)
                 if tenant_id > MAX_ID:
                     raise NotFound("tenant not found")
+            if not reads_body:
+                no_body()
             return view(*args, tenant_id=tenant_id, **kwargs)
 
         return _declares(scope)(wrapper)

@@ -10,8 +10,10 @@ from werkzeug.exceptions import RequestEntityTooLarge
 from app import strict_json
 from app.errors import BadRequest, NotFound, UnsupportedMediaType
 from app.logs import mask_credentials
+from app.schemas import RequestSchema
 
 REQUEST_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,128}")
+_NO_FIELDS = RequestSchema()
 
 
 def json_body(allow_empty=False):
@@ -22,6 +24,13 @@ def json_body(allow_empty=False):
     if body is None:
         body = g.json_body = _parse_body(allow_empty)
     return body
+
+
+def no_body():
+    """For a view that takes no body (a GET, a DELETE): none, an empty one or {} is fine; any
+    other is refused as a body with fields the view does not take is anywhere (400 naming
+    them, 413 past the limit, 400 for what is not JSON), rather than passed over unread."""
+    _NO_FIELDS.load(json_body(allow_empty=True))
 
 
 def _parse_body(allow_empty):

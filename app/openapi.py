@@ -50,6 +50,9 @@ class Blueprint(flask_smorest.Blueprint):
             def loaded(*args, **kwargs):
                 return view(*args, read(schema, required), **kwargs)
 
+            # Seen by the decorators above it (functools.wraps copies it): this view reads a
+            # body, where app.auth holds any other view to none (app.http.no_body).
+            loaded.reads_body = location == "json"
             return documented(loaded)
 
         return decorator

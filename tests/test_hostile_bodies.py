@@ -646,3 +646,30 @@ def test_a_cleared_payload_is_the_value_that_was_signed(client, tenant, leak_wat
         assert rfc8785.dumps(payload) in verdict.get_data()
 
     check()
+
+
+def test_a_route_without_a_body_refuses_one_rather_than_pass_it_over(client, tenant,
+                                                                     admin_headers, leak_watch):
+    """A GET or DELETE takes no fields: none, an empty body or {} is fine; a field, what is not
+    JSON and a body past the limit are refused as on any other route, before anything is done."""
+    keys_url = f"/v1/admin/tenants/{tenant.tenant_id}/keys"
+    created = client.post(keys_url, headers=admin_headers, json={"name": "second"})
+    leak_watch.add(created.get_json()["api_key"])
+    revoke = f"{keys_url}/{created.get_json()['id']}"
+    body = assert_envelope(client.delete(revoke, headers=admin_headers, json={"force": True}),
+                           400)
+    assert list(body["details"]) == ["force"]
+    assert_envelope(client.delete(revoke, headers=admin_headers, data="{not json",
+                                  content_type="application/json"), 400,
+                    "request body is not valid JSON")
+    assert_envelope(client.delete(revoke, headers=admin_headers, data="force=1",
+                                  content_type="text/plain"), 400,
+                    "Content-Type must be application/json")
+    assert_envelope(client.get("/v1/tenant/usage", headers=tenant.headers,
+                               data=b"{" + b" " * 70_000 + b"}",
+                               content_type="application/json"), 413)
+    listed = client.get(keys_url, headers=admin_headers).get_json()["keys"]
+    assert created.get_json()["id"] in [key["id"] for key in listed]  # nothing was revoked
+    assert client.get("/v1/tenant/usage", headers=tenant.headers, json={}).status_code == 200
+    assert client.delete(revoke, headers=admin_headers, data=b"",
+                         content_type="application/json").status_code == 200
