@@ -211,6 +211,7 @@ def on_starting(server):
 
 
 def post_fork(server, worker):
+    key_checks.checked_by_master()  # check_app_settings ran before any worker started
     # With preload_app the app (and its connection pools) was built in the master: give each
     # worker fresh connections instead of sharing the master's sockets.
     if server.cfg.preload_app:

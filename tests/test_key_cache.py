@@ -6,6 +6,7 @@ import json
 
 import pytest
 import redis
+from cryptography.fernet import Fernet
 
 from app.clock import billing_period
 from app.extensions import db
@@ -53,7 +54,7 @@ def _keep_altered(client, tenant, **fields):
     altered = json.dumps({**json.loads(text), **fields}, separators=(",", ":")).encode()
     digest = hashlib.sha256(tenant.api_key.encode()).hexdigest()
     with client.application.app_context():
-        sealed = key_cache._mac(digest, altered).encode() + b" " + altered
+        sealed = key_cache._sealed(digest, altered)
     redis.Redis.from_url(TEST_REDIS_URL).set(_entry_name(tenant), sealed)
 
 
@@ -274,3 +275,22 @@ def test_a_key_refused_by_a_change_sends_no_user_token_anywhere(client, kept, ht
     assert _kept(kept) is None
     assert_envelope(_generate(client, kept), 401, INVALID_KEY)
     assert len(httpserver.log) == 1  # the refused key's user token went nowhere
+
+
+def test_processes_whose_rings_a_rotation_sets_apart_share_what_they_keep(client, kept, caplog):
+    """deploy/README's rotation: the new key added last everywhere, then put first. Meanwhile
+    each process recognises what the others keep (the MAC is the first key's, checked under
+    any), rather than take it for tampering and look every key up afresh."""
+    app, entry = client.application, _kept(kept)
+    ring, new = app.config["SECRET_ENCRYPTION_KEY"], Fernet.generate_key().decode()
+    app.config["SECRET_ENCRYPTION_KEY"] = f"{new},{ring}"
+    _intent(client, kept)
+    assert _kept(kept) == entry  # recognised, not replaced by a fresh lookup's
+    redis.Redis.from_url(TEST_REDIS_URL).delete(_entry_name(kept))
+    _intent(client, kept)
+    sealed_with_new = _kept(kept)
+    assert sealed_with_new not in (None, entry)
+    app.config["SECRET_ENCRYPTION_KEY"] = f"{ring},{new}"
+    _intent(client, kept)
+    assert _kept(kept) == sealed_with_new
+    assert "integrity check" not in caplog.text

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import requests
 from cryptography.fernet import Fernet, InvalidToken
 from flask_migrate import upgrade
 from sqlalchemy import create_engine, text
@@ -18,7 +19,7 @@ from app.keyring import ring
 from app.sql import unit_of_work
 from app.tenants import service as tenant_service
 from app.webhooks import service as webhook_service
-from tests.servers import ROOT, free_port
+from tests.servers import ROOT, GunicornServer, free_port
 from tests.support import Credentials, assert_envelope, scale_response
 
 KEY_A, KEY_B, KEY_C = (Fernet.generate_key().decode() for _ in range(3))
@@ -356,3 +357,22 @@ def test_an_upgrade_with_a_wrong_key_leaves_an_older_database_as_it_was(empty_da
     assert upgraded.returncode == 0, upgraded.stderr
     environment["SECRET_ENCRYPTION_KEY"] = KEY_B  # now refused at start, by the recorded value
     _refused(_flask(environment, "db", "current"))
+
+
+def test_a_worker_started_after_another_process_sealed_with_a_newer_key_keeps_serving(
+        environment, tmp_path):
+    """A host still on the old ring while another already seals with the new key: a worker its
+    master starts then (one recycled after max_requests) finds a key it lacks recorded. It says
+    so and serves; the master, which checked the ring before its first worker, stays up."""
+    environment.update(GUNICORN_MAX_REQUESTS="2", GUNICORN_MAX_REQUESTS_JITTER="0")
+    server = GunicornServer(tmp_path / "gunicorn.log", environment, workers=1).start()
+    try:
+        newer = {**environment, "SECRET_ENCRYPTION_KEY": f"{KEY_B},{KEY_A}"}
+        sealed = _flask(newer, "tenants", "rotate-signing-secret", "a@example.com")
+        assert sealed.returncode == 0, sealed.stderr
+        for _ in range(6):  # the worker is replaced after every second request
+            assert requests.get(server.url + "/health", timeout=30).status_code == 200
+    finally:
+        server.stop()
+    said = [record for record in server.log_records() if record["level"] == "ERROR"]
+    assert said and all(record["message"].startswith(MISMATCH) for record in said)

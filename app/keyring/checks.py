@@ -40,10 +40,31 @@ def mismatch(config):
     return KeyRingMismatch(MISMATCH + (LOCAL_KEY if config.get("LOCAL_ENCRYPTION_KEY") else ""))
 
 
+# Set in gunicorn's workers (deploy/gunicorn.conf.py's post_fork): their master checked the
+# ring before the first of them started. A worker it starts later (one recycled after
+# max_requests) while another process already seals with a key this one lacks must not stop the
+# master, and every worker with it: that worker says so, and the tenants whose secrets it cannot
+# unseal are answered 503 until this process's ring holds the key.
+_master_checked = {"ring": False}
+
+
+def checked_by_master():
+    _master_checked["ring"] = True
+
+
 def check_at_start(config):
     """The check of create_app and of gunicorn's master: one or two small queries, on a
     connection of its own (nothing stays pooled to be inherited by forked workers). A database
     that cannot be reached now is checked before each seal instead."""
+    try:
+        _check(config)
+    except KeyRingMismatch as exc:
+        if not _master_checked["ring"]:
+            raise
+        log.error("%s; this worker goes on: secrets sealed with that key answer 503", exc)
+
+
+def _check(config):
     url = make_url(config["SQLALCHEMY_DATABASE_URI"])
     sqlite = url.get_backend_name() == "sqlite"
     if sqlite and not os.path.exists(url.database or ""):

@@ -36,6 +36,7 @@ from flask import current_app
 
 from app import sql
 from app.extensions import limiter
+from app.keyring import ring
 from app.tenants import keys
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,8 @@ def get(digest):
     if isinstance(stored, str):  # a client made with decode_responses
         stored = stored.encode("utf-8")
     mac, _, text = stored.partition(b" ")
-    if not hmac.compare_digest(mac, _mac(digest, text).encode("ascii")):
+    if not any(hmac.compare_digest(mac, _mac(key, digest, text).encode("ascii"))
+               for key in _mac_keys(current_app.config["SECRET_ENCRYPTION_KEY"])):
         log.warning("a kept principal failed its integrity check: ignored")
         return None
     fields = json.loads(text)
@@ -84,8 +86,7 @@ def put(tenant):
     fields = {name: value for name, value in tenant._asdict().items() if name not in _NOT_KEPT}
     text = json.dumps(fields, separators=(",", ":")).encode("utf-8")
     digest = tenant.key_digest
-    _command("SET", PREFIX + digest, _mac(digest, text).encode("ascii") + b" " + text,
-             "EX", TTL_SECONDS)
+    _command("SET", PREFIX + digest, _sealed(digest, text), "EX", TTL_SECONDS)
 
 
 def forget(digest):
@@ -127,11 +128,21 @@ def _command(*command):
         return None
 
 
-def _mac(digest, text):
-    key = _mac_key(current_app.config["SECRET_ENCRYPTION_KEY"])
+def _sealed(digest, text):
+    """The entry: its MAC under the ring's first key, and the text."""
+    sealing = _mac_keys(current_app.config["SECRET_ENCRYPTION_KEY"])[0]
+    return _mac(sealing, digest, text).encode("ascii") + b" " + text
+
+
+def _mac(key, digest, text):
     return hmac.new(key, digest.encode("ascii") + b"\n" + text, hashlib.sha256).hexdigest()
 
 
 @lru_cache(maxsize=4)
-def _mac_key(ring_text):
-    return hmac.new(ring_text.encode("utf-8"), _MAC_CONTEXT, hashlib.sha256).digest()
+def _mac_keys(ring_text):
+    """A MAC key for each key of the ring, the sealing key's first: an entry is sealed under
+    the first and recognised under any, so processes whose rings differ in order or in a key
+    (a rotation rolling out) share what they keep rather than each take the other's for
+    tampering."""
+    return tuple(hmac.new(key.encode("utf-8"), _MAC_CONTEXT, hashlib.sha256).digest()
+                 for key in ring.keys(ring_text))
