@@ -188,9 +188,19 @@ def normalize_database_url(url):
 DATABASE_DRIVERS = {"sqlite": ("", "pysqlite"), "postgresql": ("psycopg2",)}
 
 
+def _split(name, url):
+    """urlsplit, whose ValueError ("Invalid IPv6 URL" for a lone "[") is one line naming the
+    setting, never the URL (it may hold a password)."""
+    try:
+        return urlsplit(url)
+    except ValueError:
+        raise ConfigError(f"{name} is not a valid URL (check its host, port and "
+                          "percent-encoding)") from None
+
+
 def check_database_url(url):
     problem = ConfigError("DATABASE_URL must be a sqlite:// or postgresql:// URL")
-    dialect, _, driver = urlsplit(url).scheme.lower().partition("+")
+    dialect, _, driver = _split("DATABASE_URL", url).scheme.lower().partition("+")
     if driver not in DATABASE_DRIVERS.get(dialect, ()):
         raise problem
     try:
@@ -201,12 +211,26 @@ def check_database_url(url):
                           "percent-encoding)") from None
 
 
+def check_context_store_url(url):
+    """An http:// or https:// URL with a host and, if any, a numeric port: anything else
+    would start, then answer every generate 502."""
+    parts = _split("CONTEXT_STORE_URL", url)
+    try:
+        parts.port  # noqa: B018 - parsing is the check
+    except ValueError:
+        raise ConfigError("CONTEXT_STORE_URL's port must be a number between 0 and "
+                          "65535") from None
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise ConfigError("CONTEXT_STORE_URL must be an absolute http:// or https:// URL "
+                          "with a host")
+
+
 REDIS_SCHEMES = ("redis", "rediss", "redis+cluster", "redis+sentinel")
 
 
 def check_redis_url(url):
     """Refuse what redis-py would ignore or fail on later (`/abc` was quietly database 0)."""
-    parts = urlsplit(url)
+    parts = _split("REDIS_URL", url)
     scheme = parts.scheme.lower()
     if scheme not in REDIS_SCHEMES:
         raise ConfigError("REDIS_URL must be a redis://, rediss://, redis+cluster:// or "
@@ -275,9 +299,8 @@ def validate(config):
     ca_file = config["WEBHOOK_CA_FILE"]
     if ca_file is not None and not (os.path.isfile(ca_file) and os.access(ca_file, os.R_OK)):
         raise ConfigError(f"WEBHOOK_CA_FILE names no readable file: {ca_file}")
-    url = config["CONTEXT_STORE_URL"]
-    if url is not None and not urlsplit(url).scheme:
-        raise ConfigError("CONTEXT_STORE_URL must be an absolute URL")
+    if config["CONTEXT_STORE_URL"] is not None:
+        check_context_store_url(config["CONTEXT_STORE_URL"])
     config["REDIS_CLUSTER_NODES"] = redis_cluster_nodes(config["REDIS_URL"])
     if config["WEBHOOK_LEASE_SECONDS"] <= config["WEBHOOK_TIMEOUT"]:
         raise ConfigError("WEBHOOK_LEASE_SECONDS must be longer than WEBHOOK_TIMEOUT (an "

@@ -73,6 +73,14 @@ def test_default_config_is_not_testing(monkeypatch, tmp_path):
         ("REDIS_URL", "memcached://127.0.0.1:11211", "REDIS_URL must be a redis://, rediss://"),
         ("REDIS_URL", "redis+sentinel://127.0.0.1:26379", "REDIS_URL must look like "
                                                           "redis\\+sentinel://"),
+        # urlsplit's own ValueError (a lone "[") is one line naming the setting too.
+        ("DATABASE_URL", "postgresql://u:pw@[::1/db", "^DATABASE_URL is not a valid URL"),
+        ("REDIS_URL", "redis://[::1/0", "^REDIS_URL is not a valid URL"),
+        ("CONTEXT_STORE_URL", "http://[::1/", "^CONTEXT_STORE_URL is not a valid URL"),
+        ("CONTEXT_STORE_URL", "localhost:8080", "CONTEXT_STORE_URL must be an absolute http"),
+        ("CONTEXT_STORE_URL", "ftp://store.example/ctx", "CONTEXT_STORE_URL must be an absolute"),
+        ("CONTEXT_STORE_URL", "http:///ctx", "must be an absolute http:// or https:// URL with a"),
+        ("CONTEXT_STORE_URL", "http://store:port/ctx", "CONTEXT_STORE_URL's port must be a"),
     ],
 )
 def test_bad_settings_fail_fast(monkeypatch, name, value, message):
