@@ -3,12 +3,13 @@ import json
 from functools import wraps
 
 import click
-from flask.cli import AppGroup
+from flask.cli import AppGroup, ScriptInfo
 from marshmallow import ValidationError
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from app import logs
 from app.config import exit_on_config_error
-from app.errors import ApiError, _first_message
+from app.errors import ApiError, _first_message, database_failure
 
 
 class OperatorGroup(AppGroup):
@@ -19,7 +20,15 @@ class OperatorGroup(AppGroup):
         # A key ring that cannot unseal the database's secrets, found at a seal (the start
         # check found the database down): one line and status 3, as at start.
         with exit_on_config_error(), logs.only_failures():
-            return super().invoke(ctx)
+            try:
+                return super().invoke(ctx)
+            except (OperationalError, InterfaceError) as exc:
+                # The database unreachable, or lost mid-command (each batch of a reseal is its
+                # own transaction: run it again). The cause in the driver's words, no password.
+                url = ctx.ensure_object(ScriptInfo).load_app().config["SQLALCHEMY_DATABASE_URI"]
+                raise click.ClickException(
+                    "the database is unavailable: " + database_failure(exc, url)["cause"]
+                ) from None
 
 
 def one_line_errors(command):

@@ -14,6 +14,7 @@ from sqlalchemy import event
 from app import create_app, crypto
 from app.admin.models import AdminKey
 from app.extensions import db
+from tests.servers import free_port
 from tests.support import set_usage
 
 
@@ -332,3 +333,15 @@ def test_expires_in_counts_from_the_exact_time(runner):
         listed = _invoke(runner, "tenants", "keys", "list", str(tenant["tenant_id"])).stdout
     (expires_at,) = [line.split("\t")[-1] for line in listed.splitlines() if "\tbrief\t" in line]
     assert int(expires_at) == 1_800_000_004  # never before asked_at + 3, and the next second
+
+
+def test_a_database_out_of_reach_is_one_line_without_its_password(base_settings):
+    port = free_port()
+    app = create_app({**base_settings,
+                      "SQLALCHEMY_DATABASE_URI": f"postgresql://ops:sekrit@127.0.0.1:{port}/x"})
+    for command in (["tenants", "create", "--email", "a@example.com"], ["secrets", "reseal"]):
+        result = app.test_cli_runner().invoke(args=command)
+        assert result.exit_code == 1
+        (line,) = result.output.strip().splitlines()
+        assert line.startswith("Error: the database is unavailable: ") and str(port) in line
+        assert "sekrit" not in result.output
