@@ -118,12 +118,15 @@ def app(settings, migrated, leak_watch):
 
 
 def _clean_database():
-    tables = [table.name for table in reversed(db.metadata.sorted_tables)]
+    """Every table emptied, dependants first, and ids starting at 1 again. DELETE, not
+    TRUNCATE: on these few rows it takes a millisecond where TRUNCATE's new files took 40 to
+    180 ms, after every test of a suite of a thousand."""
+    for table in reversed(db.metadata.sorted_tables):
+        db.session.execute(text(f"DELETE FROM {table.name}"))
     if db.engine.dialect.name == "postgresql":
-        db.session.execute(text(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE"))
-    else:
-        for table in tables:
-            db.session.execute(text(f"DELETE FROM {table}"))
+        db.session.execute(text(
+            "SELECT setval(oid::regclass, 1, false) FROM pg_class "
+            "WHERE relkind = 'S' AND relnamespace = 'public'::regnamespace"))
     db.session.commit()
 
 

@@ -10,8 +10,13 @@ import time
 
 import pytest
 
-from tests.conftest import ENCRYPTION_KEY
+from tests.conftest import ENCRYPTION_KEY, TEST_DATABASE_URL
 from tests.servers import ROOT, free_port
+
+# These processes run on a SQLite file of their own (or on no database) whatever the suite's
+# backend: on PostgreSQL they would repeat the SQLite run to the byte, a minute of CI.
+pytestmark = pytest.mark.skipif(bool(TEST_DATABASE_URL),
+                                reason="SQLite whatever the backend: run by the SQLite suite")
 
 RUN_LOCAL = str(ROOT / "deploy" / "run-local.sh")
 
