@@ -20,11 +20,22 @@ ROOT = Path(__file__).resolve().parent.parent
 HANDED_OUT = set()
 
 
+# TEST_PORTS="low-high": the ports this run hands out, where two runs share the machine at once
+# (.ci/run runs the SQLite and PostgreSQL suites side by side, each in a range of its own below
+# the kernel's ephemeral ports, which neither could then be given by the other's probe).
+_RANGE = [int(bound) for bound in os.environ["TEST_PORTS"].split("-")] if os.environ.get(
+    "TEST_PORTS") else None
+_NEXT = iter(range(_RANGE[0], _RANGE[1] + 1)) if _RANGE else None
+
+
 def free_port():
     """A local port that is free now and that no other server of this run was given."""
     while True:
         with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
+            try:
+                probe.bind(("127.0.0.1", next(_NEXT) if _NEXT else 0))
+            except OSError:
+                continue  # taken by another program: the next one
             port = probe.getsockname()[1]
         if port not in HANDED_OUT:
             HANDED_OUT.add(port)
