@@ -78,6 +78,7 @@ def test_readme_ci_and_image_install_the_file_they_need():
     readme = (ROOT / "README.md").read_text()
     assert ".venv/bin/pip install -r requirements.txt && deploy/run-local.sh" in readme
     assert ".venv/bin/pip install -r requirements-dev.txt && .venv/bin/python -m pytest" in readme
-    assert "pip install -q -r requirements-dev.txt && .venv/bin/python -m pytest" in (
-        ROOT / ".ci" / "run").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "python3.11 -m venv .venv && .venv/bin/pip install -q -r requirements-dev.txt\n" in ci
+    assert ci.count(".venv/bin/python -m pytest") == 3  # SQLite, PostgreSQL, scaled out
     assert "RUN pip install -r requirements.txt\n" in (ROOT / "deploy" / "Dockerfile").read_text()
