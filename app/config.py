@@ -188,14 +188,25 @@ def normalize_database_url(url):
 DATABASE_DRIVERS = {"sqlite": ("", "pysqlite"), "postgresql": ("psycopg2",)}
 
 
+def _not_a_url(name):
+    # Not the URL itself in the message: it may hold a password.
+    return ConfigError(f"{name} is not a valid URL (check its host, port and percent-encoding)")
+
+
 def _split(name, url):
     """urlsplit, whose ValueError ("Invalid IPv6 URL" for a lone "[") is one line naming the
-    setting, never the URL (it may hold a password)."""
+    setting."""
     try:
         return urlsplit(url)
     except ValueError:
-        raise ConfigError(f"{name} is not a valid URL (check its host, port and "
-                          "percent-encoding)") from None
+        raise _not_a_url(name) from None
+
+
+def _check_port(name, parts):
+    try:
+        parts.port  # noqa: B018 - parsing is the check
+    except ValueError:
+        raise ConfigError(f"{name}'s port must be a number between 0 and 65535") from None
 
 
 def check_database_url(url):
@@ -206,20 +217,14 @@ def check_database_url(url):
     try:
         make_url(url).port  # noqa: B018 - parsing is the check; a port must be a number
     except (ArgumentError, ValueError):
-        # Not the URL itself in the message: it may hold a password.
-        raise ConfigError("DATABASE_URL is not a valid URL (check its host, port and "
-                          "percent-encoding)") from None
+        raise _not_a_url("DATABASE_URL") from None
 
 
 def check_context_store_url(url):
     """An http:// or https:// URL with a host and, if any, a numeric port: anything else
     would start, then answer every generate 502."""
     parts = _split("CONTEXT_STORE_URL", url)
-    try:
-        parts.port  # noqa: B018 - parsing is the check
-    except ValueError:
-        raise ConfigError("CONTEXT_STORE_URL's port must be a number between 0 and "
-                          "65535") from None
+    _check_port("CONTEXT_STORE_URL", parts)
     if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
         raise ConfigError("CONTEXT_STORE_URL must be an absolute http:// or https:// URL "
                           "with a host")
@@ -244,10 +249,7 @@ def check_redis_url(url):
             raise ConfigError("REDIS_URL must look like redis+sentinel://host:port"
                               "[,host:port...]/service-name")
         return  # the rest is the Sentinel client's to read
-    try:
-        parts.port  # noqa: B018 - parsing is the check
-    except ValueError:
-        raise ConfigError("REDIS_URL's port must be a number between 0 and 65535") from None
+    _check_port("REDIS_URL", parts)
     index = parts.path.strip("/")
     queried = parse_qs(parts.query).get("db")
     if queried:

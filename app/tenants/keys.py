@@ -70,14 +70,6 @@ def list_keys(tenant_id):
     ).scalars().all()
 
 
-def key_digests(tenant_id):
-    """The digests of the tenant's keys that still authenticate."""
-    return db.session.execute(
-        select(ApiKey.key_digest).where(ApiKey.tenant_id == tenant_id,
-                                        *active_keys(now_seconds()))
-    ).scalars().all()
-
-
 def revoke_key(tenant_id, key_id):
     locked_tenant(tenant_id)
     now = now_seconds()

@@ -97,7 +97,7 @@ def update_tenant(reference, plan=None, active=None, signature_scheme=None):
         audit.record(tenant.id, "tenant.activated" if active else "tenant.deactivated")
         tenant.active = active
         if not active:
-            key_cache.forget_when_committed(keys.key_digests(tenant.id))
+            key_cache.forget_when_committed(key.key_digest for key in keys.list_keys(tenant.id))
     if signature_scheme is not None:
         signing.set_signature_scheme(tenant.id, signature_scheme)
     db.session.flush()
