@@ -43,7 +43,7 @@ URL = f"postgresql://postgres@127.0.0.1/{DATABASE}"
 # tenant" puts them all on one, whose counter rows (sharded by connection) take them all.
 TENANTS = 64
 PICK = f"\\set tenant random(1, {TENANTS})\n"
-KEY_LOOKUP = "SELECT * FROM intentgate_principal_by_key_digest(':digest', ':period', :now);\n"
+KEY_LOOKUP = "SELECT * FROM intentgate_key_principal(':digest', ':period', :now);\n"
 ISSUE = ("INSERT INTO intents (owner, intent_hash, intent_class, issued_at, expires_at) "
          "VALUES ('tenant::tenant', 'sha256:' || md5(random()::text) || md5(random()::text), "
          "'other', :now, :now + 3600) RETURNING intent_hash \\gset\n")

@@ -6,6 +6,7 @@ import json
 
 import pytest
 import redis
+import time_machine
 from cryptography.fernet import Fernet
 
 from app.clock import billing_period
@@ -275,6 +276,26 @@ def test_a_key_refused_by_a_change_sends_no_user_token_anywhere(client, kept, ht
     assert _kept(kept) is None
     assert_envelope(_generate(client, kept), 401, INVALID_KEY)
     assert len(httpserver.log) == 1  # the refused key's user token went nowhere
+
+
+def test_an_expired_key_sends_no_user_token_anywhere(client, make_tenant, httpserver, leak_watch):
+    """A generate asks the context store before its write confirms the principal: a key whose
+    principal is kept must be refused from the second it expires, before that. Its entry lives
+    no longer than the key, and one kept past the expiry is not used."""
+    client.application.config["CONTEXT_STORE_URL"] = httpserver.url_for("/context")
+    httpserver.expect_request("/context").respond_with_json({"tags": ["weather"]})
+    tenant = make_tenant("enterprise")
+    created = client.post("/v1/tenant/keys", headers=tenant.headers,
+                          json={"name": "brief", "expires_in": 60}).get_json()
+    leak_watch.add(created["api_key"])
+    brief = {"X-Service-Key": created["api_key"]}
+    assert _generate(client, tenant, brief).status_code == 200
+    entry = key_cache.PREFIX + hashlib.sha256(created["api_key"].encode()).hexdigest()
+    # 60 seconds from the exact time, rounded up to the key's second (not TTL_SECONDS).
+    assert 0 < redis.Redis.from_url(TEST_REDIS_URL).ttl(entry) <= 61
+    with time_machine.travel(created["expires_at"], tick=False):
+        assert_envelope(_generate(client, tenant, brief), 401, INVALID_KEY)
+    assert len(httpserver.log) == 1  # the expired key's user token went nowhere
 
 
 def test_processes_whose_rings_a_rotation_sets_apart_share_what_they_keep(client, kept, caplog):

@@ -15,6 +15,9 @@ host, never in a process's memory. It is trusted for nothing by itself:
 - An entry is sealed with an HMAC under a key derived from SECRET_ENCRYPTION_KEY and bound to
   its digest: whoever can write to Redis cannot make the service trust a principal it did not
   read (another tenant, other signing keys).
+- A key's expiry is kept with it: an entry lives no longer than its key, and one read past the
+  expiry is a miss. The write would refuse it too, but a generate asks the context store
+  first, and an expired key must not send a user's token anywhere.
 - This month's usage_count is not kept (it changes with every verification): the gate counts
   against the plan as before, and a limited plan's generate checks the month in its INSERT's
   function instead of from the lookup (after the context store answered, then).
@@ -35,6 +38,7 @@ import redis
 from flask import current_app
 
 from app import sql
+from app.clock import now_seconds
 from app.extensions import limiter
 from app.keyring import ring
 from app.tenants import keys
@@ -76,6 +80,8 @@ def get(digest):
     fields = json.loads(text)
     if fields.keys() != _kept_fields():
         return None  # kept by a release whose principal had other columns: a miss
+    if not _unexpired(fields["key_expires_at"], now_seconds()):
+        return None  # the key expired while kept (see the module's docstring)
     return SimpleNamespace(**fields)
 
 
@@ -86,7 +92,11 @@ def put(tenant):
     fields = {name: value for name, value in tenant._asdict().items() if name not in _NOT_KEPT}
     text = json.dumps(fields, separators=(",", ":")).encode("utf-8")
     digest = tenant.key_digest
-    _command("SET", PREFIX + digest, _sealed(digest, text), "EX", TTL_SECONDS)
+    now = now_seconds()
+    if _unexpired(tenant.key_expires_at, now):  # kept no longer than the key lives
+        lifetime = TTL_SECONDS if tenant.key_expires_at is None else min(
+            TTL_SECONDS, tenant.key_expires_at - now)
+        _command("SET", PREFIX + digest, _sealed(digest, text), "EX", lifetime)
 
 
 def forget(digest):
@@ -102,6 +112,11 @@ def forget_when_committed(digests):
         return
     for digest in digests:  # one key a command: in a Redis Cluster, keys of several slots
         sql.after_commit(lambda digest=digest: forget(digest))
+
+
+def _unexpired(key_expires_at, now):
+    """As the key lookup decides: a key works while its expiry is ahead."""
+    return key_expires_at is None or key_expires_at > now
 
 
 @lru_cache(maxsize=1)

@@ -190,8 +190,11 @@ def _tenant_by_key_digest():
         fingerprint = case((_uses_public_keys(),
                             _with_public_keys(_row_fingerprint(), public_keys)),
                            else_=_row_fingerprint())
+    # The key's expiry rides along (it never changes: a rotation makes a new key), so a kept
+    # principal is not used past it (app.tenants.key_cache) even before a write confirms it.
     return _credentials(
-        *_credential_columns(), public_keys.label("signing_public_keys"),
+        *_credential_columns(), ApiKey.__table__.c.expires_at.label("key_expires_at"),
+        public_keys.label("signing_public_keys"),
         metering.month_total(tenants.c.id, bindparam("period")).label("usage_count"),
         fingerprint.label("fingerprint"))
 
@@ -222,14 +225,16 @@ _TENANT_COLUMNS = (
     ("previous_scheme_valid_until", "bigint"),
 )
 # Every authenticated request not served a kept principal runs this: PostgreSQL keeps it
-# planned (see database.Function). Named anew when its result changed (fingerprint): workers of
-# the previous release, during a rolling restart, still call theirs (intentgate_tenant_by_...).
+# planned (see database.Function). Named anew whenever its result changes (key_expires_at):
+# workers of the previous release, during a rolling restart, still call theirs
+# (intentgate_principal_by_key_digest, intentgate_tenant_by_key_digest).
 KEY_LOOKUP_FUNCTION = database.Function(
-    "intentgate_principal_by_key_digest", _tenant_by_key_digest,
+    "intentgate_key_principal", _tenant_by_key_digest,
     arguments=[("digest", "text"), ("period", "text"), ("now", "bigint")],
     returns=[*_TENANT_COLUMNS, ("api_key_id", "character varying"),
              ("key_digest", "character varying"), ("prefix", "character varying"),
-             ("scopes", "character varying"), ("signing_public_keys", "text"),
+             ("scopes", "character varying"), ("key_expires_at", "bigint"),
+             ("signing_public_keys", "text"),
              ("usage_count", "bigint"), ("fingerprint", "text")],
 )
 
