@@ -22,13 +22,21 @@ class OperatorGroup(AppGroup):
         with exit_on_config_error(), logs.only_failures():
             try:
                 return super().invoke(ctx)
-            except (OperationalError, InterfaceError) as exc:
+            except DATABASE_UNAVAILABLE as exc:
                 # The database unreachable, or lost mid-command (each batch of a reseal is its
-                # own transaction: run it again). The cause in the driver's words, no password.
-                url = ctx.ensure_object(ScriptInfo).load_app().config["SQLALCHEMY_DATABASE_URI"]
-                raise click.ClickException(
-                    "the database is unavailable: " + database_failure(exc, url)["cause"]
-                ) from None
+                # own transaction: run it again).
+                app = ctx.ensure_object(ScriptInfo).load_app()
+                raise database_unavailable(exc, app.config) from None
+
+
+DATABASE_UNAVAILABLE = (OperationalError, InterfaceError)
+
+
+def database_unavailable(exc, config):
+    """The one line a command ends with when the database is out of reach: the cause in the
+    driver's words, never the password."""
+    return click.ClickException("the database is unavailable: "
+                                + database_failure(exc, config["SQLALCHEMY_DATABASE_URI"])["cause"])
 
 
 def one_line_errors(command):

@@ -5,6 +5,7 @@ from flask import current_app
 
 from alembic import context
 
+from app.cli_support import DATABASE_UNAVAILABLE, database_unavailable
 from app.config import exit_on_config_error
 from app.keyring import checks as key_checks
 
@@ -95,9 +96,13 @@ def run_migrations_online():
     if conf_args.get("process_revision_directives") is None:
         conf_args["process_revision_directives"] = process_revision_directives
 
-    connectable = get_engine()
+    try:
+        connection = get_engine().connect()
+    except DATABASE_UNAVAILABLE as exc:
+        # One line and status 1, as the operator commands answer (not alembic's traceback).
+        raise database_unavailable(exc, current_app.config) from None
 
-    with connectable.connect() as connection:
+    with connection:
         # SQLite's batch migrations copy a table and drop the old one: with foreign keys on,
         # that DROP would cascade into every child row (usage, keys). The pragma only takes
         # effect outside a transaction, so it goes to the driver's connection directly.

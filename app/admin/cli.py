@@ -37,8 +37,9 @@ def create(name, as_json):
 @one_line_errors
 def list_():
     """List admin keys."""
+    listed = service.list_admin_keys()  # no header for an error
     click.echo("ID\tNAME\tSTATE\tPREFIX")
-    for admin_key in service.list_admin_keys():
+    for admin_key in listed:
         state = "active" if admin_key.active else "revoked"
         click.echo(f"{admin_key.id}\t{admin_key.name}\t{state}\t{admin_key.key_prefix}...")
 

@@ -75,8 +75,9 @@ def create(email, plan, as_json, send_email):
 @one_line_errors
 def list_():
     """List tenants."""
+    listed = service.list_tenants(limit=10_000)  # no header for an error
     click.echo("ID\tEMAIL\tPLAN\tSTATE")
-    for tenant in service.list_tenants(limit=10_000):
+    for tenant in listed:
         state = "active" if tenant.active else "inactive"
         click.echo(f"{tenant.id}\t{tenant.email}\t{tenant.plan}\t{state}")
 
