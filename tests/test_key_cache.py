@@ -14,6 +14,7 @@ from app.extensions import db
 from app.sql import unit_of_work
 from app.tenants import key_cache, keys, service as tenant_service
 from app.tenants.models import MonthlyUsage
+from app.tenants.plans import monthly_limit
 from tests.conftest import TEST_DATABASE_URL, TEST_REDIS_URL
 from tests.support import assert_envelope, scale_response
 from tests.test_signing_keys import KeyPair
@@ -72,10 +73,11 @@ def _revoke_default_key(client, tenant):
     redis.Redis.from_url(TEST_REDIS_URL).set(_entry_name(tenant), kept)
 
 
-@pytest.fixture(params=["enterprise", "free"])
-def kept(request, client, make_tenant):
-    """A tenant (an unlimited and a limited plan) whose principal the first generate kept."""
-    tenant = make_tenant(request.param)
+@pytest.fixture
+def kept(client, make_tenant):
+    """A tenant (on an unlimited plan, the only one kept) whose principal the first generate
+    kept."""
+    tenant = make_tenant("enterprise")
     assert _kept(tenant) is None
     _intent(client, tenant)
     assert _kept(tenant) is not None
@@ -207,17 +209,38 @@ def test_a_revoked_signing_key_counts_at_once(client, kept, admin_headers):
     assert _verify(client, kept, intent_hash, pairs[1].response(intent_hash)).get_json()["cleared"]
 
 
-def test_a_plan_used_up_refuses_a_kept_principal(client, kept):
-    """A kept principal carries no usage_count: the month is counted where it is written."""
+@pytest.mark.parametrize("plan", ["free", "starter", "pro"])
+def test_a_used_up_month_sends_no_user_token_anywhere(client, make_tenant, httpserver, plan):
+    """A kept principal carries no usage_count, and a generate asks the context store before
+    its write: a limited plan's principal is never kept, so its lookup refuses a used-up month
+    before the user's token goes out."""
+    client.application.config["CONTEXT_STORE_URL"] = httpserver.url_for("/context")
+    httpserver.expect_request("/context").respond_with_json({"tags": ["weather"]})
+    tenant = make_tenant(plan)
+    intent_hash = _intent(client, tenant)
     with client.application.app_context(), unit_of_work():
-        tenant_service.update_tenant(kept.tenant_id, plan="free")
+        db.session.add(MonthlyUsage(tenant_id=tenant.tenant_id, period=billing_period(),
+                                    shard=5, usage_count=monthly_limit(plan)))
+    for _ in range(2):
+        assert_envelope(_generate(client, tenant), 429, "monthly verification limit reached")
+    assert_envelope(_verify(client, tenant, intent_hash,
+                            scale_response(tenant.signing_secret, intent_hash)),
+                    429, "monthly verification limit reached")
+    assert len(httpserver.log) == 1  # the refused generates' user tokens went nowhere
+    assert _kept(tenant) is None
+
+
+def test_a_move_to_a_limited_plan_forgets_what_was_kept(client, kept, httpserver):
+    """The principal kept for an unlimited plan no longer holds: forgotten when the change
+    commits, so a month the new plan finds used up refuses the next generate at once."""
+    client.application.config["CONTEXT_STORE_URL"] = httpserver.url_for("/context")
+    with client.application.app_context(), unit_of_work():
         db.session.add(MonthlyUsage(tenant_id=kept.tenant_id, period=billing_period(), shard=5,
                                     usage_count=1_000))
-    # The first answer comes from the fresh lookup (the plan changed), the second from the
-    # principal kept again, checked by the INSERT's function.
-    for _ in range(2):
-        assert_envelope(_generate(client, kept), 429, "monthly verification limit reached")
-        assert _kept(kept) is not None
+        tenant_service.update_tenant(kept.tenant_id, plan="free")
+    assert _kept(kept) is None
+    assert_envelope(_generate(client, kept), 429, "monthly verification limit reached")
+    assert not httpserver.log
 
 
 def test_every_refusal_of_a_kept_principal_is_the_databases(client, kept):

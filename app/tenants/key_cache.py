@@ -18,9 +18,12 @@ host, never in a process's memory. It is trusted for nothing by itself:
 - A key's expiry is kept with it: an entry lives no longer than its key, and one read past the
   expiry is a miss. The write would refuse it too, but a generate asks the context store
   first, and an expired key must not send a user's token anywhere.
-- This month's usage_count is not kept (it changes with every verification): the gate counts
-  against the plan as before, and a limited plan's generate checks the month in its INSERT's
-  function instead of from the lookup (after the context store answered, then).
+- Only an unlimited plan's principals are kept. A limited plan's month is counted against it,
+  and a used-up month must refuse a generate before it sends the user's token to the context
+  store, which only a lookup (its usage_count) can tell; limited plans are the small tenants,
+  so their lookups cost the primary little. A move to a limited plan forgets what was kept.
+  (The gate and the INSERT's function still count and check the month for a kept principal
+  of a limited plan, should one be acted on.)
 
 A miss, a failure of Redis or an open rate-limit breaker are answered alike: the lookup runs as
 before (a failure opens the breaker: one timeout a second per worker in all).
@@ -42,6 +45,7 @@ from app.clock import now_seconds
 from app.extensions import limiter
 from app.keyring import ring
 from app.tenants import keys
+from app.tenants.plans import monthly_limit
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +91,7 @@ def get(digest):
 
 def put(tenant):
     """Keep what a fresh lookup read."""
-    if tenant.fingerprint is None:
+    if tenant.fingerprint is None or monthly_limit(tenant.plan) is not None:
         return
     fields = {name: value for name, value in tenant._asdict().items() if name not in _NOT_KEPT}
     text = json.dumps(fields, separators=(",", ":")).encode("utf-8")

@@ -93,6 +93,8 @@ def update_tenant(reference, plan=None, active=None, signature_scheme=None):
             db.session.flush()  # the tenant's row first: its lock orders concurrent changes
             db.session.execute(metering.fold_statement(),
                                {"tenant_id": tenant.id, "period": billing_period()})
+            # Only an unlimited plan's principals are kept (app.tenants.key_cache).
+            key_cache.forget_when_committed(key.key_digest for key in keys.list_keys(tenant.id))
     if active is not None and active != tenant.active:
         audit.record(tenant.id, "tenant.activated" if active else "tenant.deactivated")
         tenant.active = active
