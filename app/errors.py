@@ -8,6 +8,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from werkzeug.exceptions import HTTPException
 
 from app.config import KeyRingMismatch
+from app.logs import mask_credentials
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +90,34 @@ def _api_error(exc):
 UNKNOWN_FIELD = "unknown field"
 
 
+# The client names unknown fields: what the answer repeats of its names is bounded, and a key
+# or secret sent as a field name is masked (as in URLs and X-Request-Id), never echoed.
+MAX_DETAILS, MAX_NAME = 10, 100
+
+
 def _validation_error(exc):
-    return error_response(_first_message(exc.messages), 400, details=exc.messages)
+    messages = _as_answered(exc.messages)
+    return error_response(_first_message(messages), 400, details=messages)
+
+
+def _as_answered(messages):
+    """marshmallow's messages with each field name masked and cut at MAX_NAME characters, and
+    at most MAX_DETAILS fields a level. The unknown fields come last, in the order of their
+    names (marshmallow finds them as a set: which one the error text names would vary)."""
+    if isinstance(messages, dict):
+        ordered = sorted(messages.items(), key=lambda item: (
+            item[1] == [UNKNOWN_FIELD], str(item[0]) if item[1] == [UNKNOWN_FIELD] else ""))
+        return {_as_named(name): _as_answered(value) for name, value in ordered[:MAX_DETAILS]}
+    if isinstance(messages, list):
+        return [_as_answered(value) for value in messages]
+    return messages
+
+
+def _as_named(name):
+    if not isinstance(name, str):
+        return name  # a list's index
+    name = mask_credentials(name)
+    return name if len(name) <= MAX_NAME else name[:MAX_NAME] + "..."
 
 
 def _first_message(messages, path=None):

@@ -673,3 +673,36 @@ def test_a_route_without_a_body_refuses_one_rather_than_pass_it_over(client, ten
     assert client.get("/v1/tenant/usage", headers=tenant.headers, json={}).status_code == 200
     assert client.delete(revoke, headers=admin_headers, data=b"",
                          content_type="application/json").status_code == 200
+
+
+# -- Unknown fields: named, but never a credential and never without bound ---------------------
+
+def test_a_credential_sent_as_a_field_name_is_not_echoed(client, tenant):
+    answer = client.post("/v1/intent/generate", headers=tenant.headers,
+                         json={"user_token": "hostile-user-token", tenant.api_key: 1})
+    assert_envelope(answer, 400, "unknown field: key_live_[redacted]")
+    intent_hash = _generate(client, tenant)
+    signed = {**scale_response(tenant.signing_secret, intent_hash), tenant.signing_secret: 1}
+    answer = client.post("/v1/intent/verify", headers=tenant.headers,
+                         json={"original_intent_hash": intent_hash, "response": signed})
+    assert_envelope(answer, 400, "unknown field: response.sig_live_[redacted]")
+    for secret in (tenant.api_key, tenant.signing_secret):
+        assert secret.split("_live_")[1] not in answer.get_data(as_text=True)
+
+
+def test_what_an_answer_repeats_of_unknown_fields_is_bounded(client, tenant):
+    answer = client.post("/v1/intent/generate", headers=tenant.headers,
+                         json={"user_token": "hostile-user-token", "x" * 60_000: 1})
+    assert_envelope(answer, 400, "unknown field: " + "x" * 100 + "...")
+    assert len(answer.get_data()) < 1_000
+    many = {f"field{number}": 1 for number in range(3_000)}
+    answer = client.post("/v1/intent/generate", headers=tenant.headers,
+                         json={"user_token": "hostile-user-token", **many})
+    assert_envelope(answer, 400, "unknown field: field0")
+    # The first ten by name, whatever order the set marshmallow finds them in has.
+    assert list(answer.get_json()["details"]) == sorted(many)[:10]
+    answer = client.post("/v1/intent/generate", headers=tenant.headers,
+                         json={"user_token": "short", "b": 1, "a": 1})
+    assert answer.get_json()["details"] == {"user_token": ["token too short"],
+                                            "a": ["unknown field"], "b": ["unknown field"]}
+    assert answer.get_json()["error"] == "token too short"
