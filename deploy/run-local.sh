@@ -117,7 +117,7 @@ cat <<MSG
 
 MSG
 "$VENV/bin/python" -m intentgate.demo --base-url "$BASE_URL" --api-key "$api_key" \
-  --signing-secret "$signing_secret"
+  --signing-secret "$signing_secret" --ed25519
 # Webhooks: a receiver on loopback, an endpoint for it, a test event through the worker.
 "$VENV/bin/python" - "$BASE_URL" "$api_key" <<'PY' || fail "the webhook demo failed"
 import json, sys, threading, urllib.request

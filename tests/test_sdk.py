@@ -4,7 +4,7 @@ import json
 import pytest
 
 from intentgate import (AuthenticationError, Blocked, Client, ScaleResponse, ValidationError)
-from intentgate.demo import run as run_demo
+from intentgate.demo import main as demo_main, run as run_demo
 from intentgate.signing import canonical_json
 
 
@@ -21,7 +21,7 @@ def test_the_demo_shows_cleared_tampered_replayed_and_usage(live):
     server, created = live
     lines = []
     payload, replay = run_demo(Client(server.url, created["api_key"]), created["signing_secret"],
-                               out=lines.append)
+                               out=lines.append, ed25519=True)
     assert payload == {"answer": "The capital of France is Paris."}
     assert replay.reason == "ReplayedIntent"
     text = "\n".join(lines)
@@ -29,6 +29,25 @@ def test_the_demo_shows_cleared_tampered_replayed_and_usage(live):
     assert "Usage this month: 4 of 50000" in text
     assert "cleared -> {'answer': 'Signed with Ed25519.'}" in text
     assert "an HMAC signature now -> InvalidSignature" in text
+    assert "back on the HMAC scheme; the demo key is revoked" in text
+
+
+def test_the_demo_switches_no_scheme_unless_asked(live, capsys):
+    """The Ed25519 step switches the tenant's scheme with no grace: only with --ed25519, and a
+    key that may not do it stops the demo with one line, on the scheme it found."""
+    server, created = live
+    client = Client(server.url, created["api_key"])
+    lines = []
+    run_demo(client, created["signing_secret"], out=lines.append)
+    assert not any(line.startswith("5.") for line in lines) and client.list_signing_keys() == []
+    narrow = client.create_key("demo-intents-only", scopes=["intents"])["api_key"]
+    arguments = ["--base-url", server.url, "--signing-secret", created["signing_secret"],
+                 "--api-key", narrow, "--ed25519"]
+    assert demo_main(arguments) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("demo stopped: this key lacks the scope signing:write (status 403")
+    cleared = run_demo(client, created["signing_secret"], out=lambda line: None)[0]
+    assert cleared == {"answer": "The capital of France is Paris."}  # still on HMAC
 
 
 def test_client_round_trip_and_typed_errors(live):

@@ -426,3 +426,71 @@ def test_query_values_are_encoded_as_node_encodes_them(httpserver, call, query):
     httpserver.expect_request(re.compile(".*")).respond_with_json({"entries": [], "days": []})
     call(_client(httpserver, Sleeps()))
     assert [request.query_string.decode() for request, _ in httpserver.log] == [query]
+
+
+@pytest.mark.parametrize("verdict", [
+    '{"cleared": "false", "reason": null, "payload": null}',
+    '{"cleared": 1, "reason": null, "payload": {"answer": "ok"}}',
+    '{"cleared": true, "reason": 7, "payload": null}',
+    '{"cleared": true, "reason": null, "payload": "ok"}',
+    '{"cleared": true, "reason": null, "payload": {"n": NaN}}',
+])
+def test_a_verdict_not_in_the_services_shape_never_clears(httpserver, verdict):
+    """A gate fails closed: "false" is truthy, and a proxy's or a hostile answer is no verdict."""
+    intent = {"intent_hash": "sha256:" + "b" * 64, "intent_class": "other", "expires_at": 2}
+    httpserver.expect_request("/v1/intent/generate").respond_with_json(intent)
+    httpserver.expect_request("/v1/intent/verify").respond_with_data(
+        verdict, content_type="application/json")
+    with pytest.raises(ServiceError):
+        _client(httpserver, Sleeps()).guard("user-token-123", lambda intent_hash: ScaleResponse.sign(
+            "sig_live_" + "0" * 64, intent_hash, {"answer": "ok"}))
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"base_url": "127.0.0.1:8000"}, {"base_url": "ftp://h"}, {"base_url": "http://"},
+    {"base_url": "http://h:99999"}, {"base_url": None}, {"timeout": 0}, {"timeout": -1},
+    {"timeout": float("nan")}, {"timeout": (1, 0)}, {"timeout": "30"}, {"max_retries": -1},
+    {"max_retries": 1.5}, {"backoff_base": -1}, {"backoff_cap": float("inf")},
+])
+def test_settings_no_call_could_use_are_refused_when_the_client_is_made(kwargs):
+    """Refused at once, as Node's client does, rather than as requests' own exceptions at the
+    first call: every error of Client is an IntentGateError."""
+    settings = {"base_url": "http://127.0.0.1:9", **kwargs}
+    with pytest.raises(ValidationError):
+        Client(settings.pop("base_url"), KEY, **settings)
+
+
+@pytest.mark.parametrize("idempotency_key", [" padded ", "a\nb", "\u00e9t\u00e9", 123])
+def test_an_idempotency_key_no_header_can_carry_is_refused_before_sending(httpserver,
+                                                                         idempotency_key):
+    with pytest.raises(ValidationError, match="idempotency_key must be"):
+        _client(httpserver, Sleeps()).verify("sha256:" + "a" * 64, {}, idempotency_key)
+    assert len(httpserver.log) == 0
+
+
+def test_a_payload_nested_past_pythons_stack_is_refused_before_sending(httpserver):
+    payload = {}
+    for _ in range(5_000):
+        payload = {"x": payload}
+    with pytest.raises(ValueError, match="nested too deeply"):
+        ScaleResponse.sign("sig_live_" + "0" * 64, "sha256:" + "a" * 64, payload)
+    with pytest.raises(ValidationError, match="nested too deeply"):
+        _client(httpserver, Sleeps()).verify("sha256:" + "a" * 64, {"payload": payload})
+    assert len(httpserver.log) == 0
+
+
+@pytest.mark.parametrize("call, sent", [
+    (lambda client: client.create_key("k", expires_in=0), {"name": "k", "expires_in": 0}),
+    (lambda client: client.create_key("", scopes=[]), {"name": "", "scopes": []}),
+    (lambda client: client.add_signing_key("pk", name="", expires_in=0),
+     {"public_key": "pk", "name": "", "expires_in": 0}),
+])
+def test_zero_and_empty_are_sent_for_the_service_to_judge(httpserver, call, sent):
+    """Only None leaves a member out: an expires_in of 0 dropped made a key that never expires."""
+    for path in ("/v1/tenant/keys", "/v1/tenant/signing-keys"):
+        httpserver.expect_request(path).respond_with_data(
+            '{"error": "invalid", "request_id": "r"}', status=400,
+            content_type="application/json")
+    with pytest.raises(ValidationError):
+        call(_client(httpserver, Sleeps()))
+    assert httpserver.log[0][0].get_json() == sent

@@ -45,6 +45,19 @@ def test_a_changed_late_or_unsigned_event_is_refused(tamper):
         WebhookReceiver(SECRET).verify(body, headers)
 
 
+@pytest.mark.parametrize("body, signature", [
+    (b"\xff\xfe{}", "v1,AAAA"),  # not UTF-8
+    (b"{}", "garbage"),  # no "v1,"
+    (b"{}", "v1,not base64!"),
+    (b"{}", ""),
+])
+def test_a_malformed_request_is_refused_as_unverified(body, signature):
+    """Anyone can send these: a receiver answers them as its except clause says, not 500."""
+    headers = {**_headers(), "Webhook-Signature": signature}
+    with pytest.raises(WebhookVerificationError):
+        WebhookReceiver(SECRET).verify(body, headers)
+
+
 def test_only_a_whsec_secret_is_taken():
     with pytest.raises(ValueError):
         WebhookReceiver("sig_live_" + "a" * 64)

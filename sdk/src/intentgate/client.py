@@ -6,11 +6,12 @@ answers fail at once. Verify sends one Idempotency-Key for all of its attempts, 
 a lost answer gets the first verdict back instead of `ReplayedIntent`.
 """
 import json
+import math
 import random
 import re
 import time
 import uuid
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 import requests
 from urllib3.exceptions import ConnectTimeoutError, MaxRetryError
@@ -32,6 +33,11 @@ QUOTA_TEXT = "monthly verification limit reached"
 # is refused here, where requests would raise InvalidHeader quoting the whole key.
 API_KEY_PATTERN = re.compile(r"[\x21-\x7e]+")
 API_KEY_TEXT = "api_key must be a non-empty string of printable ASCII"
+# An Idempotency-Key requests can send as it is: printable ASCII, no space at either end (which
+# HTTP would strip, or requests refuse with InvalidHeader). Empty is sent: the service's 400.
+IDEMPOTENCY_KEY_PATTERN = re.compile(r"([\x21-\x7e]([\x20-\x7e]*[\x21-\x7e])?)?")
+IDEMPOTENCY_KEY_TEXT = ("idempotency_key must be a string of printable ASCII, without a space "
+                        "at either end")
 # The longest Retry-After a 5xx is retried after. A longer one (a proxy's, or 'Retry-After:
 # 99999999999') would hold the caller for hours or for ever, and waiting less would not honour
 # it: the error is raised at once instead, and the caller decides, as after a 429.
@@ -55,6 +61,18 @@ class Client:
         Given per request, it wins over a session's `verify` and REQUESTS_CA_BUNDLE."""
         if not isinstance(api_key, str) or not API_KEY_PATTERN.fullmatch(api_key):
             raise ValidationError(API_KEY_TEXT)  # never the key itself: errors reach logs
+        # Refused here, as Node's client does, not at the first call as one of requests' own
+        # exceptions (InvalidSchema, InvalidURL, ValueError), which are not IntentGateErrors.
+        _check_base_url(base_url)
+        if not all(_positive_number(part) for part in
+                   (timeout if isinstance(timeout, tuple) and len(timeout) == 2 else (timeout,))):
+            raise ValidationError("timeout must be a positive number of seconds, or a "
+                                  "(connect, read) pair of them")
+        for name, value in (("backoff_base", backoff_base), ("backoff_cap", backoff_cap)):
+            if not (_positive_number(value) or value == 0):
+                raise ValidationError(f"{name} must be a number of seconds, at least 0")
+        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+            raise ValidationError("max_retries must be an integer of at least 0")
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         self.timeout = timeout
@@ -85,12 +103,24 @@ class Client:
             response = response.to_dict()
         # An empty key is sent as given (the service refuses it, 400), as Node's client refuses
         # it: never quietly replaced by a fresh one, which would make a retry a new request.
+        if idempotency_key is not None and not (
+                isinstance(idempotency_key, str)
+                and IDEMPOTENCY_KEY_PATTERN.fullmatch(idempotency_key)):
+            raise ValidationError(IDEMPOTENCY_KEY_TEXT)
         headers = {"Idempotency-Key": uuid.uuid4().hex if idempotency_key is None
                    else idempotency_key}
         answer, http = self._request("POST", "/v1/intent/verify", headers=headers,
                                      json={"original_intent_hash": intent_hash,
                                            "response": response},
                                      expect=("cleared", "reason", "payload"))
+        # A verdict is the service's only in its own shape: a gate never takes "false" or 1
+        # for cleared (a proxy's or a hostile answer), it raises.
+        if not (isinstance(answer["cleared"], bool)
+                and isinstance(answer["reason"], (str, type(None)))
+                and isinstance(answer["payload"], (dict, type(None)))):
+            raise ServiceError(f"the service answered {http.status_code} without a verdict",
+                               status=http.status_code,
+                               request_id=http.headers.get("X-Request-Id"))
         return (VerificationResult(answer["cleared"], answer["reason"], answer["payload"],
                                    replayed=http.headers.get("Idempotent-Replayed") == "true"),
                 http.headers.get("X-Request-Id"))
@@ -120,7 +150,8 @@ class Client:
         """A new API key for this tenant; `api_key` in the answer is shown only this once.
         `scopes` (default ["intents"]): what the key may do, never more than this client's key
         holds. A backend that only generates and verifies needs no more than "intents"."""
-        body = {"name": name, **({"expires_in": expires_in} if expires_in else {}),
+        # None leaves a member out; anything else (0, "") is sent, and the service judges it.
+        body = {"name": name, **({"expires_in": expires_in} if expires_in is not None else {}),
                 **({"scopes": list(scopes)} if scopes is not None else {})}
         return self._request("POST", "/v1/tenant/keys", json=body, unsent_only=True)[0]
 
@@ -132,8 +163,8 @@ class Client:
 
     def add_signing_key(self, public_key, name=None, expires_in=None):
         """Register the AI service's Ed25519 public key (base64 of 32 bytes, or PEM)."""
-        body = {"public_key": public_key, **({"name": name} if name else {}),
-                **({"expires_in": expires_in} if expires_in else {})}
+        body = {"public_key": public_key, **({"name": name} if name is not None else {}),
+                **({"expires_in": expires_in} if expires_in is not None else {})}
         return self._request("POST", "/v1/tenant/signing-keys", json=body, unsent_only=True)[0]
 
     def list_signing_keys(self):
@@ -170,7 +201,7 @@ class Client:
         """
         intent = self.generate(user_token, ttl=ttl)
         result, request_id = self._verify(intent.intent_hash, call_ai(intent.intent_hash))
-        if not result.cleared:
+        if result.cleared is not True:
             raise Blocked(result.reason, result, request_id=request_id)
         return result.payload
 
@@ -215,7 +246,9 @@ class Client:
     @staticmethod
     def _answer(http):
         try:
-            body = http.json(parse_int=jcs_number)  # a cleared payload is JCS text
+            # A cleared payload is JCS text, which has no NaN or Infinity: an answer with one
+            # is not the service's.
+            body = http.json(parse_int=jcs_number, parse_constant=_no_constant)
         except (ValueError, RecursionError):
             # RecursionError: JSON nested deeper than the interpreter's stack (a proxy's or a
             # hostile answer), which the json module raises instead of ValueError.
@@ -272,11 +305,32 @@ def _segment(key_id):
 def _json_body(value):
     """The request body as JSON text (what requests' json= sends), or ValidationError before
     anything is sent: NaN or an infinity (a ttl of float("inf"), a payload of NaN) has no JSON
-    form, nor has a set or a bytes value."""
+    form, nor has a set or a bytes value, nor a payload nested deeper than Python's stack."""
     try:
         return json.dumps(value, allow_nan=False).encode("utf-8")
-    except (TypeError, ValueError) as exc:
-        raise ValidationError(f"request body cannot be sent as JSON: {exc}") from None
+    except (TypeError, ValueError, RecursionError) as exc:
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else exc
+        raise ValidationError(f"request body cannot be sent as JSON: {reason}") from None
+
+
+def _no_constant(name):
+    raise ValueError(f"{name} is not JSON")
+
+
+def _positive_number(value):
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value) and value > 0)
+
+
+def _check_base_url(base_url):
+    try:
+        parts = urlsplit(base_url) if isinstance(base_url, str) else None
+        valid = (parts is not None and parts.scheme in ("http", "https")
+                 and bool(parts.hostname) and (parts.port is None or parts.port > 0))
+    except ValueError:  # a port out of range or not a number
+        valid = False
+    if not valid:
+        raise ValidationError("base_url must be an http:// or https:// URL with a host")
 
 
 def _retry_after(http):

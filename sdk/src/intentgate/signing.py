@@ -53,6 +53,9 @@ def canonical_json(value):
         # rfc8785 fails this way only while spelling an integer past Python's int-to-str digit
         # limit into its own IntegerDomainError message.
         raise IntegerOutOfRange(INTEGER_RANGE_MESSAGE) from None
+    except RecursionError:
+        # Deeper than Python's stack; the gate refuses bodies past 64 levels anyway.
+        raise UnsignablePayload("payload is nested too deeply") from None
 
 
 def jcs_number(text):

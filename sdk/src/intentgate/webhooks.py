@@ -23,7 +23,18 @@ class WebhookReceiver:
         WebhookVerificationError. `body` is the raw request body (bytes or str), exactly as
         received; `headers` any mapping (Flask's request.headers will do)."""
         lowered = {name.lower(): value for name, value in dict(headers).items()}
-        event = self._webhook.verify(body, lowered)
+        try:
+            event = self._webhook.verify(body, lowered)
+        except WebhookVerificationError:
+            raise
+        except (ValueError, TypeError):
+            # The library reads some malformed requests (a body that is not UTF-8, a signature
+            # header without its "v1,") before it compares anything, and fails on them with
+            # other errors: anyone can send those, and a receiver answers them like any
+            # request that does not verify (UnicodeError and binascii.Error are ValueErrors).
+            raise WebhookVerificationError("the request is not a signed event") from None
+        if not isinstance(event, dict):
+            raise WebhookVerificationError("the event is not a JSON object")
         return {"id": lowered["webhook-id"], **event}
 
 
