@@ -82,7 +82,7 @@ export type Fetch = (url: string, init: {
 export interface ClientOptions {
   /** `key_live_...`: sent in X-Service-Key. */
   apiKey: string;
-  /** Milliseconds one attempt may take, answer included (default 30000). */
+  /** Milliseconds one attempt may take, answer included (default 30000; 1 to 2^31-1). */
   timeout?: number;
   /** Retries of 5xx answers and network failures (default 3: four attempts in all). */
   retries?: number;

@@ -4,11 +4,12 @@
 
 const crypto = require('node:crypto');
 
-const { Blocked } = require('./errors');
+const { Blocked, ServiceError } = require('./errors');
 const { Transport } = require('./transport');
 
 // A key is sent as a header: refusing anything else here keeps fetch from quoting it in an error.
 const PRINTABLE = /^[\x21-\x7e]+$/;
+const MAX_TIMER = 2 ** 31 - 1;
 
 class Client {
   #transport;
@@ -21,11 +22,15 @@ class Client {
     if (typeof apiKey !== 'string' || !PRINTABLE.test(apiKey)) {
       throw new TypeError('apiKey must be a non-empty string of printable ASCII');
     }
-    // A timeout of 0 would abort every attempt at once.
+    // A timeout of 0 would abort every attempt at once. Node's timers take at most 2^31-1 ms
+    // (past it they fire after 1 ms), and AbortSignal.timeout whole milliseconds only: a
+    // fraction (3000.0000000000005 from arithmetic) is rounded up, not a failure of every call.
     for (const [name, value, least] of [['timeout', timeout, 1], ['backoffBase', backoffBase, 0],
       ['backoffCap', backoffCap, 0]]) {
-      if (typeof value !== 'number' || !Number.isFinite(value) || value < least) {
-        throw new TypeError(`${name} must be a finite number of milliseconds, at least ${least}`);
+      if (typeof value !== 'number' || !Number.isFinite(value) || value < least
+          || value > MAX_TIMER) {
+        throw new TypeError(`${name} must be a number of milliseconds from ${least} to `
+          + `${MAX_TIMER}`);
       }
     }
     if (!Number.isInteger(retries) || retries < 0) {
@@ -33,8 +38,8 @@ class Client {
     }
     if (typeof fetch !== 'function') throw new TypeError('fetch must be a function');
     this.#transport = new Transport({
-      baseUrl: baseUrl.replace(/\/+$/, ''), apiKey, timeout, retries, backoffBase, backoffCap,
-      fetch,
+      baseUrl: baseUrl.replace(/\/+$/, ''), apiKey, timeout: Math.ceil(timeout), retries,
+      backoffBase, backoffCap, fetch,
     });
   }
 
@@ -62,11 +67,21 @@ class Client {
 
   /** The verdict and the X-Request-Id it came with (which guard's Blocked carries). */
   async #verify(intentHash, response, idempotencyKey) {
-    const { body, headers } = await this.#transport.request('POST', '/v1/intent/verify', {
+    const { body, headers, status } = await this.#transport.request('POST', '/v1/intent/verify', {
       headers: { 'Idempotency-Key': idempotencyKey ?? crypto.randomUUID().replace(/-/g, '') },
       json: { original_intent_hash: intentHash, response },
       expect: ['cleared', 'reason', 'payload'],
     });
+    // A verdict is the service's only in its own shape: a gate never takes "false" or 1 for
+    // cleared (a proxy's or a hostile answer), it throws.
+    const isObject = (value) => value !== null && typeof value === 'object'
+      && !Array.isArray(value);
+    if (typeof body.cleared !== 'boolean'
+        || !(body.reason === null || typeof body.reason === 'string')
+        || !(body.payload === null || isObject(body.payload))) {
+      throw new ServiceError(`the service answered ${status} without a verdict`,
+        { status, requestId: headers.get('X-Request-Id') });
+    }
     return { result: { cleared: body.cleared, reason: body.reason, payload: body.payload,
       replayed: headers.get('Idempotent-Replayed') === 'true' },
     requestId: headers.get('X-Request-Id') };
@@ -77,7 +92,7 @@ class Client {
   async guard(userToken, callAi, { ttl } = {}) {
     const { intentHash } = await this.generate(userToken, { ttl });
     const { result, requestId } = await this.#verify(intentHash, await callAi(intentHash));
-    if (!result.cleared) throw new Blocked(result.reason, result, { requestId });
+    if (result.cleared !== true) throw new Blocked(result.reason, result, { requestId });
     return result.payload;
   }
 

@@ -74,7 +74,8 @@ class Transport {
         await sleep(this.backoff(attempt, wait));
         continue;
       }
-      return { body: members(answer(http, text), http, expect), headers: http.headers };
+      return { body: members(answer(http, text), http, expect), headers: http.headers,
+        status: http.status };
     }
   }
 

@@ -16,7 +16,8 @@ test('a bad baseUrl, key or setting is a TypeError that does not quote the key',
     ['http://127.0.0.1', { apiKey: `${KEY}\n` }], ['http://127.0.0.1', { apiKey: '' }],
     ['http://127.0.0.1', { timeout: 0 }], ['http://127.0.0.1', { backoffBase: -1 }],
     ['http://127.0.0.1', { backoffCap: Infinity }], ['http://127.0.0.1', { retries: 1.5 }],
-    ['http://127.0.0.1', { fetch: 'no' }],
+    ['http://127.0.0.1', { fetch: 'no' }], ['http://127.0.0.1', { timeout: 2 ** 31 }],
+    ['http://127.0.0.1', { timeout: 1e10 }], ['http://127.0.0.1', { backoffCap: 2 ** 31 }],
   ]) {
     assert.throws(() => new Client(baseUrl, { apiKey: KEY, ...options }),
       (error) => error instanceof TypeError && !error.message.includes(KEY));
@@ -29,4 +30,35 @@ test('logging the client or turning it into JSON leaves the key out', () => {
   assert.ok(client.apiKey === KEY, 'the key is readable on purpose');
   assert.equal(util.inspect(client, { showHidden: true, depth: 5 }).includes(KEY), false);
   assert.equal(JSON.stringify(client).includes(KEY), false);
+});
+
+/** A fetch that answers every call with `body` (JSON text). */
+function answering(body) {
+  return async () => new Response(body,
+    { status: 200, headers: { 'Content-Type': 'application/json' } });
+}
+
+test('a timeout with a fraction of a millisecond is rounded up, not a failure of every call',
+  async () => {
+    const usage = '{"email":"t@example.com","plan":"free","usage_count":1,"rate_limit":1000,'
+      + '"remaining":999}';
+    const client = new Client('http://127.0.0.1', {
+      apiKey: KEY, timeout: 0.1 * 3 * 10000, fetch: answering(usage) });
+    assert.equal((await client.usage()).usageCount, 1);
+  });
+
+test('guard fails closed: a verdict not in the service\'s shape never clears', async () => {
+  const intent = '{"intent_hash":"sha256:' + 'b'.repeat(64) + '","intent_class":"other",'
+    + '"expires_at":2}';
+  for (const verdict of ['{"cleared":"false","reason":null,"payload":null}',
+    '{"cleared":1,"reason":null,"payload":{"answer":"ok"}}',
+    '{"cleared":true,"reason":7,"payload":null}',
+    '{"cleared":true,"reason":null,"payload":"ok"}']) {
+    const fetch = async (url) => new Response(url.endsWith('/generate') ? intent : verdict,
+      { status: 200, headers: { 'Content-Type': 'application/json' } });
+    const client = new Client('http://127.0.0.1', { apiKey: KEY, fetch });
+    await assert.rejects(client.guard('user-token-123', async () => ({})),
+      (error) => error.name === 'ServiceError' && /without a verdict/.test(error.message),
+      verdict);
+  }
 });
