@@ -5,6 +5,7 @@ import threading
 import time
 
 import pytest
+import time_machine
 from sqlalchemy import func, select
 from werkzeug import Response
 
@@ -279,3 +280,85 @@ def test_a_deadline_outside_the_request_budget_stops_start_up(monkeypatch, setti
     monkeypatch.setenv("CONTEXT_STORE_DEADLINE", value)
     with pytest.raises(ConfigError, match="CONTEXT_STORE_DEADLINE"):
         create_app(settings)
+
+
+class SilentStore:
+    """A context store that accepts every connection, reads the request and never answers."""
+
+    def __init__(self):
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}/context"
+        self.requests = 0
+        self.held = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:  # closed
+                return
+            connection.settimeout(10)
+            if connection.recv(4096):
+                self.held.append(connection)
+                self.requests += 1
+
+    def wait_for(self, count):
+        for _ in range(100):  # up to 10 s for the store's thread to see the request
+            if self.requests >= count:
+                return self.requests
+            time.sleep(0.1)
+        return self.requests
+
+    def close(self):
+        self.listener.close()
+        for connection in self.held:
+            connection.close()
+
+
+@pytest.fixture
+def silent_store(app):
+    store = SilentStore()
+    app.config.update(CONTEXT_STORE_URL=store.url, CONTEXT_STORE_DEADLINE=0.5,
+                      CONTEXT_STORE_READ_TIMEOUT=0.3)
+    yield store
+    store.close()
+
+
+def _breaks(caplog):
+    return [r.seconds for r in caplog.records if r.getMessage() == "context store breaker open"]
+
+
+def test_a_store_that_does_not_answer_holds_a_worker_once_per_break(client, tenant, app,
+                                                                    silent_store, httpserver,
+                                                                    caplog):
+    """With the store hung, every generate would hold its worker for the whole deadline, and
+    everything else queues behind it: after a timeout the worker answers 502 at once for the
+    break, then one request tries again, and a store that answers closes the breaker."""
+    started = time.time()
+    assert_envelope(_generate(client, tenant), 502, "context store request failed")
+    assert silent_store.wait_for(1) == 1 and _breaks(caplog) == [5.0]
+    for _ in range(3):  # within the break: no call at all
+        assert_envelope(_generate(client, tenant), 502, "context store request failed")
+    assert _failures(caplog) == ["read timeout"] + ["breaker open"] * 3
+    assert silent_store.requests == 1 and _no_intent_written(app)
+
+    with time_machine.travel(started + 6):  # the break is over: one trial, still hung
+        assert_envelope(_generate(client, tenant), 502, "context store request failed")
+        assert silent_store.wait_for(2) == 2 and _breaks(caplog) == [5.0, 10.0]
+        assert_envelope(_generate(client, tenant), 502, "context store request failed")
+        assert _failures(caplog)[-1] == "breaker open"
+
+    app.config["CONTEXT_STORE_URL"] = httpserver.url_for("/context")
+    httpserver.expect_request("/context").respond_with_json({"tags": ["weather"]})
+    with time_machine.travel(started + 17):  # the trial finds the store answering
+        for _ in range(2):
+            assert _generate(client, tenant).status_code == 200
+    assert len(httpserver.log) == 2 and silent_store.requests == 2
+
+
+def test_a_quick_failure_opens_no_breaker(client, tenant, app, caplog):
+    app.config["CONTEXT_STORE_URL"] = f"http://127.0.0.1:{free_port()}/context"
+    for _ in range(3):
+        assert_envelope(_generate(client, tenant), 502, "context store request failed")
+    assert _failures(caplog) == ["connection failed"] * 3 and _breaks(caplog) == []

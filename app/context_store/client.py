@@ -31,17 +31,36 @@ class ContextStoreFailure(Exception):
     """Why the context store could not give tags (a kind of failure, never request data)."""
 
 
+class StoreSilent(ContextStoreFailure):
+    """The store did not answer in time: the call held its worker (see breaker)."""
+
+
 def tags_for(user_token):
     """Return the semantic tags for this user token, or raise 502."""
     url = current_app.config["CONTEXT_STORE_URL"]
     if url is None:
         return deriver.tags_from_token(user_token)
+    breaker = current_app.extensions["context_store_breaker"]
+    if not breaker.allow():
+        _failed("breaker open")
+    silent = False
     try:
         return _fetch(url, user_token)
     except ContextStoreFailure as failure:
-        log.warning(FAILURE_TEXT, extra={"failure": str(failure)})
-        metrics.record_context_store_failure(str(failure))
-        raise BadGateway(FAILURE_TEXT) from None
+        silent = isinstance(failure, StoreSilent)
+        if silent:
+            log.warning("context store breaker open",
+                        extra={"failure": str(failure), "seconds": breaker.timed_out()})
+        _failed(str(failure))
+    finally:
+        if not silent:  # whatever else ended the call, a trial included
+            breaker.answered()
+
+
+def _failed(failure):
+    log.warning(FAILURE_TEXT, extra={"failure": failure})
+    metrics.record_context_store_failure(failure)
+    raise BadGateway(FAILURE_TEXT) from None
 
 
 def _fetch(url, user_token):
@@ -50,13 +69,13 @@ def _fetch(url, user_token):
             url, json={}, headers={"Authorization": f"Bearer {user_token}"}
         )
     except DeadlineExceeded:
-        raise ContextStoreFailure("deadline exceeded") from None
+        raise StoreSilent("deadline exceeded") from None
     except AnswerTooLarge:
         raise ContextStoreFailure("answer too large") from None
     except requests.ConnectTimeout:
-        raise ContextStoreFailure("connect timeout") from None
+        raise StoreSilent("connect timeout") from None
     except requests.ReadTimeout:
-        raise ContextStoreFailure("read timeout") from None
+        raise StoreSilent("read timeout") from None
     except requests.ConnectionError:
         raise ContextStoreFailure("connection failed") from None
     except requests.RequestException as exc:

@@ -17,6 +17,8 @@ from requests.adapters import HTTPAdapter
 from urllib3 import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.connection import HTTPConnection, HTTPSConnection
 
+from app.context_store.breaker import Breaker
+
 MAX_ANSWER_BYTES = 64 * 1024
 
 # The deadline of the call this thread is making; read by the socket reader below, which
@@ -114,6 +116,7 @@ class ContextStoreSession:
 
     def init_app(self, app):
         app.extensions["context_store"] = self
+        app.extensions["context_store_breaker"] = Breaker(app.config["CONTEXT_STORE_BREAK_SECONDS"])
 
     @property
     def session(self):

@@ -1,0 +1,56 @@
+"""A context store that does not answer must not hold every worker.
+
+A call that times out (the connect timeout, the read timeout, the total deadline) holds its
+worker for up to CONTEXT_STORE_DEADLINE; with the store hung, every generate would, and a sync
+worker serves nothing else meanwhile: verify, usage and /health would queue behind them on
+every host. So after such a call this worker answers generate 502 at once, without asking
+the store, for CONTEXT_STORE_BREAK_SECONDS. Then one request tries the store again (the
+others still fail fast): an answer of any kind closes the breaker; another timeout opens it
+for twice as long, up to MAX_BREAK_SECONDS. A store that hangs thus costs each worker one
+timeout a minute at most, and one that blipped costs a few seconds of 502s.
+
+A quick failure (refused, 5xx, a malformed answer) holds no one and opens nothing. The state
+is this process's own, like the rate-limit store's breaker (app.traffic.strategy): it decides
+nothing but whether this worker waits, and each worker learns the store's state itself.
+"""
+import threading
+import time
+
+MAX_BREAK_SECONDS = 60.0
+
+
+class Breaker:
+    def __init__(self, seconds):
+        self.seconds = seconds  # the first break
+        self._lock = threading.Lock()  # gthread workers: one trial at a time
+        self._opened_at = None
+        self._break = 0.0
+        self._trial = False
+
+    def allow(self):
+        """Whether this request may ask the store: always while closed; once the break is
+        over, one request at a time (the trial) until one ends."""
+        with self._lock:
+            if self._opened_at is None:
+                return True
+            # The wall clock (tests travel in time); set back, it ends the break early rather
+            # than prolong it.
+            now = time.time()
+            if self._trial or self._opened_at <= now < self._opened_at + self._break:
+                return False
+            self._trial = True
+            return True
+
+    def answered(self):
+        """The store answered, or failed without holding the call: closed."""
+        with self._lock:
+            self._opened_at, self._break, self._trial = None, 0.0, False
+
+    def timed_out(self):
+        """The store did not answer in time: open, for the first break or twice the last.
+        Returns the break's seconds."""
+        with self._lock:
+            self._break = (self.seconds if self._opened_at is None
+                           else min(self._break * 2, max(MAX_BREAK_SECONDS, self.seconds)))
+            self._opened_at, self._trial = time.time(), False
+            return self._break
