@@ -12,14 +12,14 @@ from app.config import exit_on_config_error
 from app.errors import ApiError, _first_message, database_failure
 
 
-class OperatorGroup(AppGroup):
-    """Commands a person runs: routine JSON log lines stay off the terminal (warnings and
-    errors still show); under gunicorn the logs are unchanged."""
+class CommandGroup(AppGroup):
+    """Our commands: a database out of reach or a key ring that cannot unseal its secrets end
+    a command with one line, not a traceback."""
 
     def invoke(self, ctx):
         # A key ring that cannot unseal the database's secrets, found at a seal (the start
         # check found the database down): one line and status 3, as at start.
-        with exit_on_config_error(), logs.only_failures():
+        with exit_on_config_error():
             try:
                 return super().invoke(ctx)
             except DATABASE_UNAVAILABLE as exc:
@@ -27,6 +27,15 @@ class OperatorGroup(AppGroup):
                 # own transaction: run it again).
                 app = ctx.ensure_object(ScriptInfo).load_app()
                 raise database_unavailable(exc, app.config) from None
+
+
+class OperatorGroup(CommandGroup):
+    """Commands a person runs: routine JSON log lines stay off the terminal (warnings and
+    errors still show); under gunicorn the logs are unchanged."""
+
+    def invoke(self, ctx):
+        with logs.only_failures():
+            return super().invoke(ctx)
 
 
 DATABASE_UNAVAILABLE = (OperationalError, InterfaceError)

@@ -340,7 +340,9 @@ def test_a_database_out_of_reach_is_one_line_without_its_password(base_settings)
     app = create_app({**base_settings,
                       "SQLALCHEMY_DATABASE_URI": f"postgresql://ops:sekrit@127.0.0.1:{port}/x"})
     for command in (["tenants", "create", "--email", "a@example.com"], ["secrets", "reseal"],
-                    ["tenants", "list"], ["admin-keys", "list"], ["db", "upgrade"]):
+                    ["tenants", "list"], ["admin-keys", "list"], ["db", "upgrade"],
+                    ["intents", "purge"], ["webhooks", "list", "1"],
+                    ["webhooks", "deliver", "--once"]):
         result = app.test_cli_runner().invoke(args=command)
         assert result.exit_code == 1
         (line,) = result.output.strip().splitlines()

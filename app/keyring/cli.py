@@ -16,8 +16,10 @@ secrets = OperatorGroup("secrets", help="Stored secrets and the SECRET_ENCRYPTIO
 def reseal(batch_size, max_batches):
     """Re-seal every stored secret with the first key of SECRET_ENCRYPTION_KEY.
 
-    Rotate the key: put a new key first, keep the old one after it
-    (SECRET_ENCRYPTION_KEY=new,old), restart every process, run this, then drop the old key.
+    Rotate the key in two rounds (deploy/README): first add the new key after the old one
+    (SECRET_ENCRYPTION_KEY=old,new) and restart every process on every host; then put it first
+    (new,old) and restart them all again; then run this, then drop the old key. (A process
+    still on the old key alone cannot unseal what new,old seals: its verifies would be 503.)
     Safe to interrupt and to run again: each batch is its own transaction, and secrets already
     sealed with the first key are left alone."""
 

@@ -5,10 +5,9 @@ import threading
 from functools import wraps
 
 import click
-from flask.cli import AppGroup
 
 from app import logs
-from app.cli_support import echo_json, one_line_errors
+from app.cli_support import CommandGroup, echo_json, one_line_errors
 from app.sql import unit_of_work
 from app.tenants.cli import TENANT, TENANT_HELP
 from app.tenants.schemas import GRACE_MAX
@@ -22,7 +21,7 @@ from app.webhooks.schemas import (
 )
 
 # Not an OperatorGroup: the worker's log lines are its record of every attempt.
-webhooks = AppGroup("webhooks", help="Deliver webhooks, and manage a tenant's webhook "
+webhooks = CommandGroup("webhooks", help="Deliver webhooks, and manage a tenant's webhook "
                                      "endpoints and usage alerts. " + TENANT_HELP)
 WEBHOOK_ID = click.argument("webhook_id")
 
