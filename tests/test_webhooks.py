@@ -3,7 +3,9 @@ SSRF rules, rotation, usage alerts; delivered to a real receiver over HTTP by th
 functions (tests/test_multiprocess_webhooks.py runs the worker as processes)."""
 import json
 import re
+import socket
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +19,7 @@ from app.clock import now_seconds
 from app.extensions import db
 from app.sql import unit_of_work
 from app.tenants import audit
-from app.webhooks import delivery, events
+from app.webhooks import delivery, events, ssrf
 from app.webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookEvent
 from tests.conftest import TEST_DATABASE_URL
 from tests.receivers import Receiver
@@ -518,3 +520,51 @@ def test_the_oldest_pending_age_counts_events_no_worker_has_taken_yet(app, clien
     (age,) = [float(line.split()[1]) for line in text.splitlines()
               if line.startswith("intentgate_webhook_oldest_pending_seconds ")]
     assert 600 <= age < 660  # not 0
+
+
+# -- One deadline for the whole attempt: resolving and connecting count too -------------------
+
+@pytest.fixture
+def unanswering_address():
+    """An address whose connections wait for ever: a listener with a full accept queue (the
+    kernel drops further SYNs, as a firewall that drops packets would)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    queued = []
+    for _ in range(3):
+        filler = socket.socket()
+        filler.setblocking(False)
+        filler.connect_ex(listener.getsockname())
+        queued.append(filler)
+    yield listener.getsockname()
+    for sock in [listener, *queued]:
+        sock.close()
+
+
+def test_a_host_of_many_addresses_that_do_not_answer_is_cut_at_the_deadline(
+        monkeypatch, unanswering_address):
+    """Each address is tried for the connect timeout, but not past the attempt's deadline:
+    eight of them took 8 s against a 2 s deadline, and enough outlasted the lease."""
+    host, port = unanswering_address
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *args, **kwargs: [
+        (socket.AF_INET, socket.SOCK_STREAM, 6, "", (host, port))] * 8)
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        ssrf.post(f"http://receiver.example:{port}/hook", b"{}", {}, True, 1, 2)
+    assert time.monotonic() - started < 6
+
+
+def test_a_name_that_does_not_resolve_in_time_is_cut_at_the_deadline(monkeypatch):
+    resolving = threading.Event()
+
+    def hanging(*args, **kwargs):
+        resolving.set()
+        time.sleep(10)
+        raise socket.gaierror("too late")
+
+    monkeypatch.setattr(socket, "getaddrinfo", hanging)
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        ssrf.post("http://receiver.example/hook", b"{}", {}, True, 1, 2)
+    assert resolving.is_set() and time.monotonic() - started < 6

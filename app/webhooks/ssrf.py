@@ -44,8 +44,9 @@ def check_url(url, allow_private):
         raise BadRequest(str(refused), details={"url": [str(refused)]}) from None
 
 
-def target(url, allow_private):
-    """(scheme, host, port, path, addresses) of a URL that may be called now."""
+def target(url, allow_private, deadline=None):
+    """(scheme, host, port, path, addresses) of a URL that may be called now; TimeoutError
+    when the name does not resolve before `deadline` (time.monotonic(); None: no limit)."""
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -61,12 +62,12 @@ def target(url, allow_private):
     if UNSENDABLE.search(path):
         raise Refused(NOT_ENCODED)
     return parts.scheme, parts.hostname, port, path, _addresses(parts.hostname, port,
-                                                                allow_private)
+                                                                allow_private, deadline)
 
 
-def _addresses(host, port, allow_private):
+def _addresses(host, port, allow_private, deadline):
     try:
-        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        found = _resolved(host, port, deadline)
     except (socket.gaierror, UnicodeError):
         raise Refused(UNRESOLVABLE) from None
     addresses = []
@@ -78,6 +79,30 @@ def _addresses(host, port, allow_private):
     if not addresses:
         raise Refused(UNRESOLVABLE)
     return addresses
+
+
+def _resolved(host, port, deadline):
+    """getaddrinfo's answer. The resolver has no timeout of its own to give: before a deadline
+    it runs in a thread of its own, waited for no longer than the deadline (a resolver that
+    hangs then finishes on its own, its answer unused)."""
+    if deadline is None:
+        return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    outcome = {}
+
+    def resolve():
+        try:
+            outcome["found"] = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except Exception as exc:  # pylint: disable=broad-except  # raised in the caller
+            outcome["failure"] = exc
+
+    resolver = threading.Thread(target=resolve, daemon=True)
+    resolver.start()
+    resolver.join(max(deadline - time.monotonic(), 0))
+    if resolver.is_alive():
+        raise TimeoutError("the host did not resolve within the deadline")
+    if "failure" in outcome:
+        raise outcome["failure"]
+    return outcome["found"]
 
 
 # IPv6 prefixes whose last 32 bits are an IPv4 address that a connection reaches (through a
@@ -114,16 +139,21 @@ def _as_ipv4(address):
 
 
 class _Pinned:
-    """Connect to an address already checked, never to what the name resolves to later."""
+    """Connect to an address already checked, never to what the name resolves to later:
+    each in turn, each for at most the connect timeout, all of them within the deadline."""
 
-    def __init__(self, addresses, connect_timeout):
+    def __init__(self, addresses, connect_timeout, deadline):
         self.addresses, self.connect_timeout = addresses, connect_timeout
+        self.deadline = deadline
 
     def open_socket(self):
         failure = OSError("no address to connect to")
         for family, sockaddr in self.addresses:
+            remaining = self.deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("no connection within the deadline")
             sock = socket.socket(family, socket.SOCK_STREAM)
-            sock.settimeout(self.connect_timeout)
+            sock.settimeout(min(self.connect_timeout, remaining))
             try:
                 sock.connect(sockaddr)
                 return sock
@@ -159,14 +189,15 @@ def post(url, body, headers, allow_private, connect_timeout, total_timeout, ca_f
     """POST `body`; return (status, first MAX_ANSWER bytes of the answer). Raises Refused for
     a URL that may not be called, OSError/HTTPException for a failed exchange, TimeoutError
     when the total deadline passed."""
-    scheme, host, port, path, addresses = target(url, allow_private)
-    pinned = _Pinned(addresses, connect_timeout)
+    # One deadline from the start: resolving the name and connecting count against it too.
+    deadline = time.monotonic() + total_timeout
+    scheme, host, port, path, addresses = target(url, allow_private, deadline)
+    pinned = _Pinned(addresses, connect_timeout, deadline)
     if scheme == "https":
         context = ssl.create_default_context(cafile=ca_file)
         connection = _HTTPSConnection(host, port, pinned, total_timeout, context)
     else:
         connection = _HTTPConnection(host, port, pinned, total_timeout)
-    deadline = time.monotonic() + total_timeout
     expired = threading.Event()
 
     def cut():  # the total deadline, however slowly the answer drips in
@@ -178,7 +209,7 @@ def post(url, body, headers, allow_private, connect_timeout, total_timeout, ca_f
             except OSError:
                 pass
 
-    timer = threading.Timer(total_timeout, cut)
+    timer = threading.Timer(max(deadline - time.monotonic(), 0), cut)
     timer.daemon = True
     timer.start()
     try:
