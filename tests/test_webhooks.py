@@ -12,12 +12,13 @@ import pytest
 import time_machine
 from cryptography.fernet import Fernet
 from intentgate import verify_webhook
-from sqlalchemy import update
+from sqlalchemy import select, update
 from standardwebhooks import Webhook, WebhookVerificationError
 
-from app.clock import now_seconds
+from app.clock import billing_period, now_seconds
 from app.extensions import db
 from app.sql import unit_of_work
+from app.tenants.models import MonthlyUsage
 from app.tenants import audit
 from app.webhooks import delivery, events, ssrf
 from app.webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookEvent
@@ -568,3 +569,30 @@ def test_a_name_that_does_not_resolve_in_time_is_cut_at_the_deadline(monkeypatch
     with pytest.raises(TimeoutError):
         ssrf.post("http://receiver.example/hook", b"{}", {}, True, 1, 2)
     assert resolving.is_set() and time.monotonic() - started < 6
+
+
+def test_a_move_to_a_limited_plan_raises_the_alerts_the_month_has_reached(app, client,
+                                                                          make_tenant,
+                                                                          admin_headers):
+    """A downgrade can put the month past its alerts at once, and no verification will cross
+    them this month (the refused ones count nothing): the move raises them, each once."""
+    tenant = make_tenant("pro")
+    with app.app_context(), unit_of_work():
+        db.session.add(MonthlyUsage(tenant_id=tenant.tenant_id, period=billing_period(),
+                                    shard=0, usage_count=1_200))
+
+    def raised():
+        with app.app_context():
+            return sorted((json.loads(row.data) for row in db.session.scalars(
+                select(WebhookEvent).where(WebhookEvent.tenant_id == tenant.tenant_id,
+                                           WebhookEvent.type == "usage.threshold"))),
+                          key=lambda data: data["threshold"])
+
+    for plan in ("free", "starter", "free"):
+        answer = client.patch(f"/v1/admin/tenants/{tenant.tenant_id}", headers=admin_headers,
+                              json={"plan": plan})
+        assert answer.status_code == 200, answer.get_json()
+        # The starter plan's 80 % (40,000) is not reached; back on free, none is raised again.
+        assert raised() == [{"period": billing_period(), "rate_limit": 1_000,
+                             "threshold": threshold, "usage_count": 1_200}
+                            for threshold in (80, 100)]

@@ -83,6 +83,17 @@ def list_tenants(limit=50, after_id=0):
     ).scalars().all()
 
 
+def _raise_reached_thresholds(tenant_id, plan_limit):
+    """A move to a limited plan can put the month past usage alerts at once: no verification
+    will cross them this month (the first refused ones count nothing), so the move raises
+    them, once each as a verification would."""
+    period = billing_period()
+    usage_count = db.session.execute(select(metering.month_total(tenant_id, period))).scalar()
+    db.session.execute(events.threshold_statement(reached=True), {
+        "tenant_id": tenant_id, "period": period, "plan_limit": plan_limit,
+        "usage_count": usage_count, "event_id": events.new_event_id(), "now": now_seconds()})
+
+
 def update_tenant(reference, plan=None, active=None, signature_scheme=None):
     # Judged under the row's lock: of concurrent identical changes, one changes and is audited.
     tenant = locked_tenant(find_tenant(reference).id)
@@ -93,6 +104,7 @@ def update_tenant(reference, plan=None, active=None, signature_scheme=None):
             db.session.flush()  # the tenant's row first: its lock orders concurrent changes
             db.session.execute(metering.fold_statement(),
                                {"tenant_id": tenant.id, "period": billing_period()})
+            _raise_reached_thresholds(tenant.id, monthly_limit(plan))
             # Only an unlimited plan's principals are kept (app.tenants.key_cache).
             key_cache.forget_when_committed(key.key_digest for key in keys.list_keys(tenant.id))
     if active is not None and active != tenant.active:

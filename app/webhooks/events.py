@@ -86,9 +86,11 @@ def _text(value):
     return cast(value, Text)
 
 
-def threshold_statement():
+def threshold_statement(reached=False):
     """INSERT the `usage.threshold` events the verification counted as :usage_count raises:
-    one per tenant threshold whose crossing count it is.
+    one per tenant threshold whose crossing count it is (`reached`: every threshold the month
+    has reached, as a move to a limited plan finds them; one raised before is not raised
+    again, by its dedupe key).
     Nothing when the plan is unlimited (:plan_limit NULL) or no threshold is crossed; the
     tenant's thresholds are read by its key, a probe of a few rows."""
     alerts, events = UsageAlert.__table__, WebhookEvent.__table__
@@ -107,7 +109,8 @@ def threshold_statement():
         literal(USAGE_THRESHOLD, String), data, bindparam("now", type_=BigInteger),
         literal(USAGE_THRESHOLD + ":", String) + period + literal(":", String)
         + _text(threshold),
-    ).where(alerts.c.tenant_id == bindparam("tenant_id"), usage_count == crossing)
+    ).where(alerts.c.tenant_id == bindparam("tenant_id"),
+            crossing <= usage_count if reached else usage_count == crossing)
     columns = [events.c.tenant_id, events.c.id, events.c.type, events.c.data,
                events.c.created_at, events.c.dedupe_key]
     return (database.current().insert(events).from_select(columns, raised)
