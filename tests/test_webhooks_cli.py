@@ -44,3 +44,17 @@ def test_an_operator_manages_a_tenants_webhooks(app, runner, tenant, leak_watch)
     assert refused.exit_code == 1 and "webhook not found" in refused.output
     refused = runner.invoke(args=["webhooks", "usage-alerts", tenant.email, "0"])
     assert refused.exit_code == 1 and "between 1 and 100" in refused.output
+
+
+def test_deliver_once_also_raises_the_key_expiry_notices_due(app, runner, tenant, leak_watch):
+    """--once is one pass of the worker's loop, for a timer: the sweep of expiring keys too."""
+    with Receiver() as receiver:
+        created = json.loads(_run(runner, "create", tenant.email, receiver.url,
+                                  "--event", "api_key.expiring"))
+        leak_watch.add(created["secret"])
+        key = runner.invoke(args=["tenants", "keys", "add", str(tenant.tenant_id), "--name",
+                                  "brief", "--expires-in", "3600"])
+        assert key.exit_code == 0, key.output
+        assert "1 attempts made" in _run(runner, "deliver", "--once")
+        (request,) = receiver.wait_for(1)
+    assert json.loads(request["body"])["type"] == "api_key.expiring"

@@ -8,6 +8,7 @@ import click
 
 from app import logs
 from app.cli_support import CommandGroup, echo_json, one_line_errors
+from app.clock import now_seconds
 from app.sql import unit_of_work
 from app.tenants.cli import TENANT, TENANT_HELP
 from app.tenants.schemas import GRACE_MAX
@@ -41,13 +42,15 @@ def operator_command(name):
 
 
 @webhooks.command("deliver")
-@click.option("--once", is_flag=True, help="Make the attempts due now, then exit.")
+@click.option("--once", is_flag=True, help="Raise the key-expiry notices due and make the "
+                                           "attempts due now, then exit (for a timer).")
 def deliver(once):
     """Run the delivery worker (as many as you like, on any hosts). SIGTERM or Ctrl-C: the
     attempt in flight is finished, then the worker exits."""
     from flask import current_app
 
-    if once:
+    if once:  # one pass of what the worker's loop does
+        delivery.raise_expiring_keys(now_seconds())
         click.echo(f"{delivery.deliver_due(current_app.config)} attempts made")
         return
     stopping = threading.Event()
