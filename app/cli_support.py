@@ -12,6 +12,16 @@ from app.config import exit_on_config_error
 from app.errors import ApiError, _first_message, database_failure
 
 
+DATABASE_UNAVAILABLE = (OperationalError, InterfaceError)
+
+
+def database_unavailable(exc, config):
+    """The one line a command ends with when the database is out of reach: the cause in the
+    driver's words, never the password."""
+    cause = database_failure(exc, config["SQLALCHEMY_DATABASE_URI"])["cause"]
+    return click.ClickException(f"the database is unavailable: {cause}")
+
+
 class CommandGroup(AppGroup):
     """Our commands: a database out of reach or a key ring that cannot unseal its secrets end
     a command with one line, not a traceback."""
@@ -36,16 +46,6 @@ class OperatorGroup(CommandGroup):
     def invoke(self, ctx):
         with logs.only_failures():
             return super().invoke(ctx)
-
-
-DATABASE_UNAVAILABLE = (OperationalError, InterfaceError)
-
-
-def database_unavailable(exc, config):
-    """The one line a command ends with when the database is out of reach: the cause in the
-    driver's words, never the password."""
-    return click.ClickException("the database is unavailable: "
-                                + database_failure(exc, config["SQLALCHEMY_DATABASE_URI"])["cause"])
 
 
 def one_line_errors(command):

@@ -116,7 +116,8 @@ class ContextStoreSession:
 
     def init_app(self, app):
         app.extensions["context_store"] = self
-        app.extensions["context_store_breaker"] = Breaker(app.config["CONTEXT_STORE_BREAK_SECONDS"])
+        app.extensions["context_store_breaker"] = Breaker(
+            app.config["CONTEXT_STORE_BREAK_SECONDS"])
 
     @property
     def session(self):

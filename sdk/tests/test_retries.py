@@ -441,9 +441,11 @@ def test_a_verdict_not_in_the_services_shape_never_clears(httpserver, verdict):
     httpserver.expect_request("/v1/intent/generate").respond_with_json(intent)
     httpserver.expect_request("/v1/intent/verify").respond_with_data(
         verdict, content_type="application/json")
+    def call_ai(intent_hash):
+        return ScaleResponse.sign("sig_live_" + "0" * 64, intent_hash, {"answer": "ok"})
+
     with pytest.raises(ServiceError):
-        _client(httpserver, Sleeps()).guard("user-token-123", lambda intent_hash: ScaleResponse.sign(
-            "sig_live_" + "0" * 64, intent_hash, {"answer": "ok"}))
+        _client(httpserver, Sleeps()).guard("user-token-123", call_ai)
 
 
 @pytest.mark.parametrize("kwargs", [
