@@ -23,7 +23,7 @@ from app.webhooks.schemas import (
 
 # Not an OperatorGroup: the worker's log lines are its record of every attempt.
 webhooks = CommandGroup("webhooks", help="Deliver webhooks, and manage a tenant's webhook "
-                                     "endpoints and usage alerts. " + TENANT_HELP)
+                                         "endpoints and usage alerts. " + TENANT_HELP)
 WEBHOOK_ID = click.argument("webhook_id")
 
 
