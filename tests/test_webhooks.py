@@ -1,9 +1,12 @@
 """Webhooks (CONTRACT.md, Webhooks): endpoints, Standard Webhooks signatures, retries, the
 SSRF rules, rotation, usage alerts; delivered to a real receiver over HTTP by the worker's own
 functions (tests/test_multiprocess_webhooks.py runs the worker as processes)."""
+import base64
 import json
 import re
+import shutil
 import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -20,7 +23,7 @@ from app.extensions import db
 from app.sql import unit_of_work
 from app.tenants.models import MonthlyUsage
 from app.tenants import audit
-from app.webhooks import delivery, events, ssrf
+from app.webhooks import delivery, events, signatures, ssrf
 from app.webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookEvent
 from tests.conftest import TEST_DATABASE_URL
 from tests.receivers import Receiver
@@ -596,3 +599,37 @@ def test_a_move_to_a_limited_plan_raises_the_alerts_the_month_has_reached(app, c
         assert raised() == [{"period": billing_period(), "rate_limit": 1_000,
                              "threshold": threshold, "usage_count": 1_200}
                             for threshold in (80, 100)]
+
+
+NODE_RECEIVER = r"""
+const { verifyWebhook } = require('./index.js');
+const { secret, deliveries } = JSON.parse(require('fs').readFileSync(0, 'utf8'));
+process.stdout.write(JSON.stringify(deliveries.map(({ body, headers }) => {
+  try { return verifyWebhook(secret, Buffer.from(body, 'base64'), headers); }
+  catch (error) { return error.name; }
+})));
+"""
+
+
+def test_the_node_sdk_verifies_what_the_service_signs():
+    """The Node SDK's verifyWebhook against the service's own signatures: one secret, both of a
+    rotation's, and a body changed after signing."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed: the Node receiver is not checked here")
+    old, new = signatures.new_secret(), signatures.new_secret()
+    body = json.dumps({"type": "webhook.test", "timestamp": "2026-11-27T04:00:00Z",
+                       "data": {"webhook_id": "we_1", "note": "caf\u00e9 \u2028"}},
+                      ensure_ascii=False).encode("utf-8")
+    now = now_seconds()
+    deliveries = [{"body": base64.b64encode(body).decode(),
+                   "headers": signatures.headers(secrets_in_force, "msg_1", now, body)}
+                  for secrets_in_force in ([new], [new, old], [old])]
+    deliveries.append({"body": base64.b64encode(body.replace(b"we_1", b"we_2")).decode(),
+                       "headers": deliveries[0]["headers"]})
+    finished = subprocess.run([node, "-e", NODE_RECEIVER], cwd=ROOT / "sdk" / "js",
+                              input=json.dumps({"secret": new, "deliveries": deliveries}),
+                              capture_output=True, text=True, timeout=60, check=True)
+    event = {"id": "msg_1", **json.loads(body)}
+    assert json.loads(finished.stdout) == [event, event, "WebhookVerificationError",
+                                           "WebhookVerificationError"]

@@ -249,6 +249,27 @@ export class Blocked extends IntentGateError {
   readonly result: VerificationResult | null;
 }
 
+/** A webhook event as the service sends it, with its webhook-id as `id`. */
+export interface WebhookEvent {
+  /** The webhook-id: the same on every attempt of one event; deduplicate by it. */
+  id: string;
+  type: string;
+  timestamp: string;
+  data: JsonObject;
+}
+/** The request is not an event the service signed with this secret, or it came too late. */
+export class WebhookVerificationError extends Error {
+  constructor(message: string);
+}
+/** Verify an incoming webhook (Standard Webhooks) and return its event, or throw
+ *  WebhookVerificationError. `body` is the raw request body exactly as received; `headers`
+ *  Node's request.headers, a fetch Headers, or any object of header names. A TypeError for a
+ *  secret that is not `whsec_...` or a body that is not raw. */
+export function verifyWebhook(secret: string, body: string | Uint8Array,
+                              headers: { get(name: string): string | null }
+                                | Record<string, string | string[] | undefined>,
+                              options?: { now?: number }): WebhookEvent;
+
 declare const intentgate: {
   AuthenticationError: typeof AuthenticationError;
   Blocked: typeof Blocked;
@@ -264,5 +285,7 @@ declare const intentgate: {
   signResponse: typeof signResponse;
   signResponseEd25519: typeof signResponseEd25519;
   signingMessage: typeof signingMessage;
+  verifyWebhook: typeof verifyWebhook;
+  WebhookVerificationError: typeof WebhookVerificationError;
 };
 export default intentgate;

@@ -17,5 +17,7 @@ export const {
   signResponse,
   signResponseEd25519,
   signingMessage,
+  verifyWebhook,
+  WebhookVerificationError,
 } = intentgate;
 export default intentgate;
