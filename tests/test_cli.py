@@ -170,6 +170,31 @@ def test_deactivate_activate_and_rotate_key(runner, client):
     assert client.get("/v1/tenant/usage", headers={"X-Service-Key": new_key}).status_code == 200
 
 
+def test_rotate_key_names_the_key_it_replaces_and_never_guesses(runner, client, leak_watch):
+    """An operator rotating a leaked key must not replace another one in use and leave the
+    leaked one working: with several keys, the key is named."""
+    created = _create(runner)
+    tenant_id = str(created["tenant_id"])
+    added = _invoke(runner, "tenants", "keys", "add", tenant_id, "--name", "backend")
+    backend_key = added.stdout.splitlines()[0].rsplit(" ", 1)[1]
+    leak_watch.add(backend_key)
+    refused = _invoke(runner, "tenants", "rotate-key", tenant_id)
+    assert (refused.exit_code, refused.output) == (
+        1, "Error: the tenant has 2 active API keys: name the one to rotate\n")
+    assert _invoke(runner, "tenants", "rotate-key", tenant_id, "--key-id", "nope").output == \
+        "Error: API key not found\n"
+    listed = _invoke(runner, "tenants", "keys", "list", tenant_id).stdout.splitlines()
+    (default_id,) = [line.split("\t")[0] for line in listed if "\tdefault\t" in line]
+    rotated = _invoke(runner, "tenants", "rotate-key", tenant_id, "--key-id", default_id)
+    assert rotated.exit_code == 0, rotated.output
+    prefix = crypto.display_prefix(created["api_key"])
+    assert rotated.stderr == f"replaced key {default_id} (default, {prefix}...)\n"
+    new_key = rotated.stdout.strip()
+    leak_watch.add(new_key)
+    for key, status in ((created["api_key"], 401), (backend_key, 200), (new_key, 200)):
+        assert client.get("/v1/tenant/usage", headers={"X-Service-Key": key}).status_code == status
+
+
 def test_rotate_signing_secret_keeps_the_previous_one_for_the_grace(app, runner):
     from app.tenants.service import find_tenant
 
@@ -296,7 +321,9 @@ def test_commands_speak_to_a_person_without_log_lines(runner, client, capsys):
         _invoke(runner, "tenants", "show", "nobody@example.com"),
     ]
     assert [result.exit_code for result in runs] == [0, 0, 0, 0, 0, 1]
-    assert [result.stderr for result in runs[:-1]] == [""] * 5
+    # rotate-key names the key it replaced there, the new key alone going to stdout.
+    assert [result.stderr for result in runs[:-1]] == ["", "", runs[2].stderr, "", ""]
+    assert runs[2].stderr.startswith("replaced key ") and runs[2].stderr.count("\n") == 1
     assert runs[-1].stderr == "Error: tenant not found\n"
     # Outside the CLI the service logs as before: one JSON line per request.
     capsys.readouterr()

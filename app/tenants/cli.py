@@ -185,11 +185,15 @@ def activate(tenant):
 
 @_tenant_command("rotate-key")
 @TENANT
+@click.option("--key-id", help="The key to replace (`flask tenants keys list T`); needed when "
+                               "the tenant holds more than one.")
 @one_line_errors
-def rotate_key(tenant):
-    """Replace the tenant's newest API key by a new one; the old one is invalid at once."""
+def rotate_key(tenant, key_id):
+    """Replace an API key by a new one of the same name, scopes and expiry; the old one is
+    invalid at once. The new key alone goes to stdout."""
     with unit_of_work():
-        api_key = keys.rotate(service.find_tenant(tenant).id)
+        api_key, old = keys.rotate(service.find_tenant(tenant).id, key_id, operator=True)
+    click.echo(f"replaced key {old.id} ({old.name}, {old.prefix}...)", err=True)
     click.echo(api_key)
 
 

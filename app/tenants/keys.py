@@ -88,39 +88,43 @@ def revoke_key(tenant_id, key_id):
     return row
 
 
-def rotate(tenant_id, key_id=None):
+def rotate(tenant_id, key_id=None, operator=False):
     """Replace a key by a new one of the same name and expiry, in one transaction: the old key
-    is refused from then on. With `key_id` (SPEC.md's rotate-key: the key that calls) the
-    conditional UPDATE matches only while that key is active, so of two concurrent rotations
-    with one key exactly one wins. Without it (an admin), the tenant's newest active key."""
+    is refused from then on; returns the new key and the old key's row. With `key_id`
+    (SPEC.md's rotate-key: the key that calls) the conditional UPDATE matches only while that
+    key is active, so of two concurrent rotations with one key exactly one wins. An
+    `operator` names the key, or may leave it out when the tenant holds only one: guessing
+    among several would rotate a key in use and leave the one meant (a leaked one) working."""
     # The tenant's row first, as every key operation takes it: locking the key's row first
     # (the UPDATE), then the tenant's (the new key's foreign key, the audit entry) deadlocked
     # with another key's rotation or with the key's revocation, which hold them the other way.
     locked_tenant(tenant_id)
     now = now_seconds()
     if key_id is None:
-        newest = db.session.execute(
+        active = db.session.execute(
             select(ApiKey.id).where(ApiKey.tenant_id == tenant_id, *active_keys(now))
-            .order_by(ApiKey.created_at.desc(), ApiKey.id.desc()).limit(1)
-        ).scalar_one_or_none()
-        if newest is None:
+        ).scalars().all()
+        if not active:
             raise NotFound("the tenant has no active API key")
-        key_id = newest
+        if len(active) > 1:
+            raise Conflict(f"the tenant has {len(active)} active API keys: name the one to "
+                           "rotate")
+        (key_id,) = active
     old = db.session.execute(
         update(ApiKey).where(ApiKey.id == key_id, ApiKey.tenant_id == tenant_id, *active_keys(now))
         .values(revoked_at=now)
-        .returning(ApiKey.name, ApiKey.expires_at, ApiKey.prefix, ApiKey.scopes,
+        .returning(ApiKey.id, ApiKey.name, ApiKey.expires_at, ApiKey.prefix, ApiKey.scopes,
                    ApiKey.key_digest)
     ).first()
     if old is None:
-        raise Unauthorized(INACTIVE_KEY)
+        raise NotFound("API key not found") if operator else Unauthorized(INACTIVE_KEY)
     key_cache.forget_when_committed([old.key_digest])
     # The new key does what the old one did: rotation neither widens nor narrows a key.
     row, api_key = issue(tenant_id, key_scopes.held(old.scopes), old.name, old.expires_at, now)
     audit.record(tenant_id, "api_key.rotated", key_id=key_id, prefix=old.prefix,
                  new_key_id=row.id, new_prefix=row.prefix, scopes=key_scopes.listed(row.scopes))
     log.info("api key rotated", extra={"tenant_id": tenant_id, "api_key_id": row.id})
-    return api_key
+    return api_key, old
 
 
 def _credentials(*columns):

@@ -39,5 +39,5 @@ def usage():
 def rotate_key(_no_fields):
     """Replace the calling key by a new one; the old one is invalid at once"""
     with unit_of_work():
-        new_key = keys.rotate(g.principal.id, key_id=g.principal.account.api_key_id)
+        new_key, _ = keys.rotate(g.principal.id, key_id=g.principal.account.api_key_id)
     return {"new_key": new_key, "message": ROTATED_MESSAGE}
