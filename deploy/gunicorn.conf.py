@@ -204,6 +204,10 @@ def ssl_context(conf, default_ssl_context_factory):
 
 
 def on_starting(server):
+    # Started: from now on a reload (SIGHUP re-runs this file in the running master) that finds
+    # the ring lacking a key another process seals with logs it, as a recycled worker does,
+    # instead of exiting (gunicorn would stop, and its workers with it).
+    key_checks.checked_by_master()
     directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     if directory:
         shutil.rmtree(directory, ignore_errors=True)
@@ -211,7 +215,6 @@ def on_starting(server):
 
 
 def post_fork(server, worker):
-    key_checks.checked_by_master()  # check_app_settings ran before any worker started
     # With preload_app the app (and its connection pools) was built in the master: give each
     # worker fresh connections instead of sharing the master's sockets.
     if server.cfg.preload_app:

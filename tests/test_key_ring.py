@@ -3,8 +3,10 @@ every key unseals, the database records which keys sealed its secrets, `flask se
 moves them all to the first key, and a process whose ring cannot unseal them does not start."""
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import requests
@@ -372,6 +374,31 @@ def test_a_worker_started_after_another_process_sealed_with_a_newer_key_keeps_se
         assert sealed.returncode == 0, sealed.stderr
         for _ in range(6):  # the worker is replaced after every second request
             assert requests.get(server.url + "/health", timeout=30).status_code == 200
+    finally:
+        server.stop()
+    said = [record for record in server.log_records() if record["level"] == "ERROR"]
+    assert said and all(record["message"].startswith(MISMATCH) for record in said)
+
+
+def test_a_reload_after_another_process_sealed_with_a_newer_key_keeps_serving(environment,
+                                                                              tmp_path):
+    """SIGHUP re-reads the settings in the running master, checks included: a ring that now
+    lacks a key another process seals with is said, not a reason to exit (gunicorn's master
+    would stop, and its workers with it: the host down until the ring is fixed)."""
+    server = GunicornServer(tmp_path / "gunicorn.log", environment, workers=1).start()
+    try:
+        newer = {**environment, "SECRET_ENCRYPTION_KEY": f"{KEY_B},{KEY_A}"}
+        sealed = _flask(newer, "tenants", "rotate-signing-secret", "a@example.com")
+        assert sealed.returncode == 0, sealed.stderr
+        log = tmp_path / "gunicorn.log"
+        server.process.send_signal(signal.SIGHUP)
+        for _ in range(300):  # the reload boots a new worker: wait for it (30 s at most)
+            if log.read_text().count("Booting worker") == 2 or server.process.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert server.process.poll() is None, log.read_text()[-2000:]
+        assert log.read_text().count("Booting worker") == 2
+        assert requests.get(server.url + "/health", timeout=30).status_code == 200
     finally:
         server.stop()
     said = [record for record in server.log_records() if record["level"] == "ERROR"]

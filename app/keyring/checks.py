@@ -40,11 +40,12 @@ def mismatch(config):
     return KeyRingMismatch(MISMATCH + (LOCAL_KEY if config.get("LOCAL_ENCRYPTION_KEY") else ""))
 
 
-# Set in gunicorn's workers (deploy/gunicorn.conf.py's post_fork): their master checked the
-# ring before the first of them started. A worker it starts later (one recycled after
-# max_requests) while another process already seals with a key this one lacks must not stop the
-# master, and every worker with it: that worker says so, and the tenants whose secrets it cannot
-# unseal are answered 503 until this process's ring holds the key.
+# Set in gunicorn's master once it has started (deploy/gunicorn.conf.py's on_starting), so
+# also in every worker it forks: the master checked the ring before the first of them started.
+# A worker it starts later (one recycled after max_requests), or the master itself re-reading
+# its settings on a reload (SIGHUP), while another process already seals with a key this one
+# lacks must not stop the master, and every worker with it: it says so, and the tenants whose
+# secrets it cannot unseal are answered 503 until this process's ring holds the key.
 _master_checked = {"ring": False}
 
 
