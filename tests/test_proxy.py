@@ -5,6 +5,7 @@ import json
 import socket
 import ssl
 import time
+from pathlib import Path
 
 import pytest
 import requests
@@ -218,3 +219,25 @@ def test_nginx_answers_echo_the_callers_request_id_as_the_app_does(behind_nginx,
             assert (request_id == supplied) is echoed, (supplied, path)
             if not echoed:
                 assert len(request_id) == 32 and int(request_id, 16) >= 0
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_nginx_logs_no_credential_a_client_puts_in_its_url(behind_nginx, config):
+    """The app and gunicorn mask a key in a URL; nginx's access log must not write it either,
+    and a body the service takes (up to 64 KiB) is kept in memory, not a file and a warning."""
+    server, proxy, url, verify = behind_nginx(config, REQUIRE_TLS="false")
+    secret = "key_live_" + "0123456789abcdef" * 3
+    for method, path in (("GET", f"/v1/tenant/usage?key={secret}"),
+                         ("DELETE", f"/v1/tenant/keys/{secret}")):
+        assert requests.request(method, url + path, verify=verify, timeout=10).status_code == 401
+    answer = requests.post(url + "/v1/intent/verify", data=b"{" + b" " * 60_000 + b"}",
+                           headers={"Content-Type": "application/json"}, verify=verify,
+                           timeout=10)
+    assert answer.status_code == 401
+    proxy.stop()  # its logs written out
+    directory = Path(proxy.log_path).parent
+    logs = "".join(path.read_text() for path in directory.iterdir()
+                   if path.suffix in (".log", ".out"))
+    assert "0123456789abcdef" not in logs
+    assert '"GET" 401' in logs and '"DELETE" 401' in logs and '"POST" 401' in logs
+    assert "buffered to a temporary file" not in logs
