@@ -128,7 +128,7 @@ with app_settings.exit_on_config_error():
     # Above the 30 s request budget (5 s connect + read timeout to the context store), so a slow
     # context store produces a 502 from our code rather than a worker killed mid-request.
     timeout = _env_int("GUNICORN_TIMEOUT", 40)
-    # On SIGTERM: listeners close at once, in-flight requests get this long to finish, exit 0.
+    # On SIGTERM: no new request is taken, in-flight requests get this long to finish, exit 0.
     graceful_timeout = _env_int("GUNICORN_GRACEFUL_TIMEOUT", 30)
     max_requests = _env_int("GUNICORN_MAX_REQUESTS", 2000, minimum=0)
     max_requests_jitter = _env_int("GUNICORN_MAX_REQUESTS_JITTER", 200, minimum=0)
