@@ -49,7 +49,7 @@ def test_burst_through_four_workers_shares_one_bucket(app, gunicorn, make_tenant
     assert (fresh.status_code, fresh.headers["X-RateLimit-Remaining"]) == (200, "99")
 
     with app.app_context(), unit_of_work():
-        new_key = keys.rotate(tenant.tenant_id)
+        new_key, _ = keys.rotate(tenant.tenant_id, operator=True)
     assert requests.get(server.url + "/v1/tenant/usage", headers={"X-Service-Key": new_key},
                         timeout=5).status_code == 429
 

@@ -70,7 +70,7 @@ def test_buckets_are_per_tenant_and_survive_key_rotation(app, client, make_tenan
     assert client.get("/v1/tenant/usage", headers=first.headers).status_code == 429
     assert client.get("/v1/tenant/usage", headers=second.headers).status_code == 200
     with app.app_context(), unit_of_work():
-        new_key = keys.rotate(first.tenant_id)
+        new_key, _ = keys.rotate(first.tenant_id, operator=True)
     rotated = client.get("/v1/tenant/usage", headers={"X-Service-Key": new_key})
     assert_envelope(rotated, 429, "rate limit exceeded")
 
@@ -124,6 +124,27 @@ def test_trusted_proxy_hops_give_the_client_address(settings, migrated):
     statuses = [client.get("/v1/tenant/usage", headers={**BAD_KEY, "X-Forwarded-For": address}
                            ).status_code for address in ("10.0.0.1", "10.0.0.1", "10.0.0.1", "10.0.0.2")]
     assert statuses == [401, 401, 429, 401]
+
+
+def test_an_ipv6_client_is_counted_by_its_64_not_each_address(settings, migrated, tenant):
+    """A host holds a whole /64: one allowance for it, not 2^64. Its audit entries keep the
+    full address; another /64, and an IPv4 address mapped into IPv6, count apart."""
+    settings.update(TRUSTED_PROXY_HOPS=1, AUTH_FAILURE_LIMIT="2 per minute")
+    client = create_app(settings).test_client()
+
+    def attempt(address, headers=BAD_KEY):
+        return client.get("/v1/tenant/usage", headers={**headers, "X-Forwarded-For": address})
+
+    statuses = [attempt(f"2001:db8:1:2::{host:x}").status_code for host in range(1, 5)]
+    assert statuses == [401, 401, 429, 429]
+    assert attempt("2001:db8:1:3::1").status_code == 401
+    assert [attempt("::ffff:198.51.100.7").status_code for _ in range(3)] == [401, 401, 429]
+    assert attempt("198.51.100.7").status_code == 429  # the same client either way
+    changed = client.post("/v1/tenant/signing-secret/rotate", json={},
+                          headers={**tenant.headers, "X-Forwarded-For": "2001:db8:1:2::99"})
+    assert changed.status_code == 200
+    entries = client.get("/v1/tenant/audit-log", headers=tenant.headers).get_json()["entries"]
+    assert entries[0]["address"] == "2001:db8:1:2::99"
 
 
 def test_an_address_that_is_no_address_is_unknown(settings, migrated, tenant):

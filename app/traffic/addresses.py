@@ -18,3 +18,18 @@ def client_address():
         return str(ipaddress.ip_address(request.remote_addr or ""))
     except ValueError:
         return UNKNOWN
+
+
+def client_network():
+    """Who a per-address limit counts: the address for IPv4 (an IPv4-mapped IPv6 address as
+    its IPv4 address), its /64 for IPv6. A host is given a whole /64 (a site a /48 or a /56,
+    RFC 6177): counting each IPv6 address apart would hand one client 2^64 allowances."""
+    try:
+        address = ipaddress.ip_address(request.remote_addr or "")
+    except ValueError:
+        return UNKNOWN
+    if address.version == 6 and address.ipv4_mapped is not None:
+        return str(address.ipv4_mapped)
+    if address.version == 6:
+        return str(ipaddress.ip_network((address, 64), strict=False))
+    return str(address)

@@ -17,7 +17,7 @@ from limits import parse
 from app.errors import TooManyRequests, Unavailable
 from app.extensions import limiter
 from app.traffic import storage, strategy  # noqa: F401 - registered with limits at import
-from app.traffic.addresses import client_address
+from app.traffic.addresses import client_network
 from app.traffic.strategy import StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ def owner_key():
 
 
 def address_key():
-    return "{address:" + client_address() + "}"
+    return "{address:" + client_network() + "}"
 
 
 def _authenticated():
