@@ -164,7 +164,11 @@ def test_compose_and_systemd_files_are_well_formed():
         parser.read_string((ROOT / "deploy" / unit).read_text())
         assert sections <= set(parser.sections()), unit
     dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
-    assert "\nUSER intentgate\n" in dockerfile and "db upgrade" not in dockerfile.split("CMD")[-1]
+    assert "\nUSER 10001:10001\n" in dockerfile and "db upgrade" not in dockerfile.split("CMD")[-1]
+    # The build context is the repository: the local key, database and logs (instance/) and a
+    # virtualenv never go to the builder.
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert {"instance", ".venv", ".git"} <= set(ignored)
 
 
 def test_compose_builds_one_image_and_publishes_only_nginx():
