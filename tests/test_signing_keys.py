@@ -307,6 +307,35 @@ def test_switching_from_ed25519_back_to_hmac(client, tenant, on_ed25519, grace):
         assert _verify(client, tenant, hashes[2], late)["reason"] == "InvalidSignature"
 
 
+def test_the_scheme_in_force_with_no_grace_ends_a_grace_at_once(client, tenant):
+    """"0: it stops at once": asked for the scheme already in force, a grace still running
+    ends, where the call answered 200 and left it (a weaker scheme went on verifying). With a
+    grace, or with no grace running, nothing changes and nothing is audited."""
+    pair = KeyPair()
+    _add_key(client, tenant, pair.raw_base64)
+    with time_machine.travel(T0, tick=False):
+        hashes = [_generate(client, tenant) for _ in range(2)]
+        assert _set_scheme(client, tenant, "ed25519", grace_seconds=600).status_code == 200
+        kept = _set_scheme(client, tenant, "ed25519", grace_seconds=60).get_json()
+        assert kept == {"scheme": "ed25519", "previous_scheme": "bound",
+                        "previous_valid_until": T0 + 600}
+        ended = _set_scheme(client, tenant, "ed25519", grace_seconds=0).get_json()
+        assert ended == {"scheme": "ed25519", "previous_scheme": None,
+                         "previous_valid_until": None}
+        hmac_signed = scale_response(tenant.signing_secret, hashes[0])
+        assert _verify(client, tenant, hashes[0], hmac_signed)["reason"] == "InvalidSignature"
+        assert _verify(client, tenant, hashes[1], pair.response(hashes[1]))["cleared"]
+        assert _set_scheme(client, tenant, "ed25519").status_code == 200  # nothing to end
+        answer = client.get("/v1/tenant/audit-log", headers=tenant.headers)
+    assert answer.status_code == 200, answer.get_json()
+    entries = answer.get_json()["entries"]
+    changes = [entry["details"] for entry in entries
+               if entry["action"] == "signature_scheme.changed"]
+    assert changes == [{"old": "ed25519", "new": "ed25519", "grace_seconds": 0,
+                        "grace_ended": "bound"},
+                       {"old": "bound", "new": "ed25519", "grace_seconds": 600}]
+
+
 def test_bad_scheme_requests_are_400(client, tenant):
     for body, error in [({"scheme": "rsa"}, "scheme must be one of: bound, payload, ed25519"),
                         ({}, "scheme is required"),

@@ -163,17 +163,27 @@ def set_signature_scheme(tenant_id, scheme, grace_seconds=0):
         else:
             tenant.previous_signature_scheme = tenant.previous_scheme_valid_until = None
         tenant.signature_scheme = scheme
+    elif grace_seconds == 0 and _in_grace(tenant, now):
+        # The scheme in force asked for with no grace: the previous one (a weaker scheme, say)
+        # stops verifying now, as "0: it stops at once" says.
+        audit.record(tenant_id, "signature_scheme.changed", old=scheme, new=scheme,
+                     grace_seconds=0, grace_ended=tenant.previous_signature_scheme)
+        tenant.previous_signature_scheme = tenant.previous_scheme_valid_until = None
     db.session.flush()
     log.info("signature scheme set", extra={"tenant_id": tenant_id, "scheme": scheme,
                                             "grace_seconds": grace_seconds})
     return tenant
 
 
+def _in_grace(tenant, now):
+    return (tenant.previous_signature_scheme is not None
+            and (tenant.previous_scheme_valid_until or 0) >= now)
+
+
 def scheme_state(tenant):
     """What the signature-scheme endpoints answer: the scheme, and the previous one while it
     still verifies."""
-    in_grace = (tenant.previous_signature_scheme is not None
-                and (tenant.previous_scheme_valid_until or 0) >= now_seconds())
+    in_grace = _in_grace(tenant, now_seconds())
     return {"scheme": tenant.signature_scheme,
             "previous_scheme": tenant.previous_signature_scheme if in_grace else None,
             "previous_valid_until": tenant.previous_scheme_valid_until if in_grace else None}
