@@ -2,6 +2,7 @@
 import json
 import os
 import threading
+from datetime import timedelta
 
 import pytest
 import time_machine
@@ -9,7 +10,7 @@ from click.testing import CliRunner
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from flask.cli import FlaskGroup
-from sqlalchemy import event
+from sqlalchemy import event, select
 
 from app import create_app, crypto
 from app.admin.models import AdminKey
@@ -223,6 +224,20 @@ def test_admin_keys_create_list_revoke(runner, client):
     response = client.get("/v1/admin/tenants", headers=headers)
     assert response.status_code == 401
     assert response.get_json()["error"] == "Invalid or inactive API key"
+
+
+def test_revoking_an_admin_key_again_keeps_when_it_was_revoked(app, runner):
+    _invoke(runner, "admin-keys", "create", "--name", "billing")
+
+    def revoked_at():
+        with app.app_context():
+            return db.session.execute(select(AdminKey.revoked_at)).scalar_one()
+
+    assert _invoke(runner, "admin-keys", "revoke", "--name", "billing").exit_code == 0
+    first = revoked_at()
+    with time_machine.travel(first + timedelta(hours=1)):
+        assert _invoke(runner, "admin-keys", "revoke", "--name", "billing").exit_code == 0
+    assert revoked_at() == first
 
 
 def _admin_key(runner, name):

@@ -82,8 +82,9 @@ def revoke_admin_key(admin_key_id=None, name=None):
     admin_key = db.session.execute(select(AdminKey).where(condition)).scalar_one_or_none()
     if admin_key is None:
         raise NotFound("admin key not found")
-    admin_key.active = False
-    admin_key.revoked_at = utcnow()
-    db.session.flush()
-    log.info("admin key revoked", extra={"admin_key_id": admin_key.id})
+    if admin_key.active:  # revoked again: when it was first revoked stays recorded
+        admin_key.active = False
+        admin_key.revoked_at = utcnow()
+        db.session.flush()
+        log.info("admin key revoked", extra={"admin_key_id": admin_key.id})
     return admin_key
