@@ -282,7 +282,9 @@ def test_a_secret_the_worker_cannot_unseal_fails_that_attempt_and_the_others_go_
     ("https://192.0.0.8/hooks", "url must point to a public address"),
     ("https://[fec0::1]/hooks", "url must point to a public address"),  # site-local
     ("https://localhost/hooks", "url must point to a public address"),
-    ("https://user:pw@93.184.215.14/hooks", "url must be an absolute URL with a host"),
+    ("https://user:pw@93.184.215.14/hooks", ssrf.CREDENTIALS),
+    ("https://token@93.184.215.14/hooks", ssrf.CREDENTIALS),
+    ("https:///hooks", "url must be an absolute URL with a host"),
     ("ftp://93.184.215.14/hooks", "url must be an https:// URL"),
 ])
 def test_private_addresses_and_plain_http_are_refused_without_the_setting(

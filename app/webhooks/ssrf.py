@@ -25,6 +25,9 @@ HTTPS_ONLY = "url must be an https:// URL"
 NOT_PUBLIC = "url must point to a public address"
 UNRESOLVABLE = "url's host could not be resolved"
 MALFORMED = "url must be an absolute URL with a host"
+# A password in a URL is stored, listed and logged as the URL is: a receiver authenticates the
+# service by the signature instead.
+CREDENTIALS = "url must not contain credentials (user:password@): the signature authenticates"
 NOT_ENCODED = ("url's path and query must be percent-encoded (no spaces or non-ASCII "
                "characters)")
 # What an HTTP request line cannot carry: http.client refuses controls and spaces, and can
@@ -55,8 +58,10 @@ def target(url, allow_private, deadline=None):
     schemes = ("https", "http") if allow_private else ("https",)
     if parts.scheme not in schemes:
         raise Refused(HTTPS_ONLY)
-    if not parts.hostname or parts.username is not None or parts.password is not None:
+    if not parts.hostname:
         raise Refused(MALFORMED)
+    if parts.username is not None or parts.password is not None:
+        raise Refused(CREDENTIALS)
     port = port or (443 if parts.scheme == "https" else 80)
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     if UNSENDABLE.search(path):
