@@ -136,6 +136,10 @@ def test_a_rotated_key_keeps_the_expiry_of_the_key_it_replaces(client, tenant):
     ({"name": "a\u2028b"}, "name must not contain control characters"),
     ({"name": "ops\u200bkey"}, "name must not contain control characters"),
     ({"name": "key\u202egnp.exe"}, "name must not contain control characters"),
+    # Characters that render as nothing: a Hangul filler alone, a soft hyphen, a tag character.
+    ({"name": "\u3164"}, "name must not contain control characters"),
+    ({"name": "ab\u00adc"}, "name must not contain control characters"),
+    ({"name": "\U000e0041x"}, "name must not contain control characters"),
     ({"name": "x", "expires_in": 0}, "expires_in must be an integer between 1 and 315360000 "
                                      "seconds"),
     ({"name": "x", "expires_in": "60"}, "expires_in must be an integer between 1 and 315360000 "

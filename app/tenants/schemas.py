@@ -152,13 +152,16 @@ class _KeyName(fields.String):
 
 
 # Control characters, and the invisible ones that make two names look alike or reorder what a
-# reader sees: bidi marks and overrides, zero-width characters, line separators.
-_NAME_REFUSES = ("\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200b-\\u200f\\u2028-\\u202e"
-                 "\\u2060\\u2066-\\u2069\\ufeff")
+# reader sees: bidi marks and overrides, zero-width characters, line separators, the soft
+# hyphen and joiners, the Hangul fillers and other characters that render as nothing.
+_NAME_REFUSES = ("\\u0000-\\u001f\\u007f-\\u009f\\u00ad\\u034f\\u061c\\u115f\\u1160"
+                 "\\u17b4\\u17b5\\u180e\\u200b-\\u200f\\u2028-\\u202e\\u2060-\\u2064"
+                 "\\u2066-\\u2069\\u3164\\ufeff\\uffa0\\ufff9-\\ufffb")
 # For the document: none of those, and something besides whitespace (the name is trimmed, so a
-# blank one is empty). The same class is checked below.
+# blank one is empty). The same class is checked below, and the tag characters (U+E0000 to
+# U+E007F, invisible too), which a pattern cannot name in both Python's and ECMA's syntax.
 NAME_PATTERN = f"^[^{_NAME_REFUSES}]*[^{_NAME_REFUSES}\\s][^{_NAME_REFUSES}]*$"
-_REFUSED_IN_NAME = re.compile(f"[{_NAME_REFUSES}]")
+_REFUSED_IN_NAME = re.compile(f"[{_NAME_REFUSES}\U000e0000-\U000e007f]")
 
 
 def _key_name_field(required):
