@@ -204,3 +204,40 @@ def test_decorated_views_parse_bodies_and_queries_as_before(client, tenant, runn
     assert_envelope(client.post("/v1/tenant/rotate-key",
                                 headers={"X-Service-Key": rotated.get_json()["new_key"]},
                                 json={"x": 1}), 400, "unknown field: x")
+
+
+def test_what_the_document_allows_the_service_takes(client, tenant, admin_headers, leak_watch,
+                                                    app):
+    """Clients that check requests against /openapi.json before sending: every event type it
+    lists, a PEM public key and an address such as a@b.c validate there and are taken here."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
+    app.config["WEBHOOK_ALLOW_PRIVATE_ADDRESSES"] = True
+    schemas = client.get("/openapi.json").get_json()["components"]["schemas"]
+
+    def valid(schema, body):
+        """`body`, once each string member passed its property's pattern and enum."""
+        for name, value in body.items():
+            rules = schemas[schema]["properties"][name]
+            for text in value if isinstance(value, list) else [value]:
+                rule = rules.get("items", {}) if isinstance(value, list) else rules
+                assert re.search(rule.get("pattern", ""), text), (schema, name)
+                assert text in rule.get("enum", [text]), (schema, name)
+        return body
+
+    events = schemas["WebhookCreate"]["properties"]["events"]["items"]["enum"]
+    created = client.post("/v1/tenant/webhooks", headers=tenant.headers, json=valid(
+        "WebhookCreate", {"url": "http://127.0.0.1:9/hooks", "events": events}))
+    assert created.status_code == 201, created.get_json()
+    leak_watch.add(created.get_json()["secret"])
+    pem = ed25519.Ed25519PrivateKey.generate().public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    added = client.post("/v1/tenant/signing-keys", headers=tenant.headers,
+                        json=valid("SigningKeyCreate", {"public_key": pem}))
+    assert added.status_code == 201, added.get_json()
+    made = client.post("/v1/admin/tenants", headers=admin_headers,
+                       json=valid("TenantCreate", {"email": "a@b.c"}))
+    assert made.status_code == 201, made.get_json()
+    leak_watch.add(made.get_json()["api_key"])
+    leak_watch.add(made.get_json()["signing_secret"])

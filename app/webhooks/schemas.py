@@ -32,7 +32,10 @@ class WebhookCreateSchema(RequestSchema):
     )
     events = fields.List(
         fields.String(validate=[validate.Length(max=64, error=EVENTS_MESSAGE), _event_type],
-                      error_messages={"invalid": EVENTS_MESSAGE}),
+                      error_messages={"invalid": EVENTS_MESSAGE},
+                      # For the document: exactly what _event_type takes.
+                      metadata={"enum": [*SUBSCRIBABLE,
+                                         *(AUDIT_PREFIX + action for action in AUDIT_ACTIONS)]}),
         load_default=None,
         validate=validate.Length(min=1, max=20, error="events must name 1 to 20 event types"),
         error_messages={"invalid": EVENTS_MESSAGE},
