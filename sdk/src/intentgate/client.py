@@ -64,10 +64,11 @@ class Client:
         # Refused here, as Node's client does, not at the first call as one of requests' own
         # exceptions (InvalidSchema, InvalidURL, ValueError), which are not IntentGateErrors.
         _check_base_url(base_url)
-        if not all(_positive_number(part) for part in
-                   (timeout if isinstance(timeout, tuple) and len(timeout) == 2 else (timeout,))):
-            raise ValidationError("timeout must be a positive number of seconds, or a "
-                                  "(connect, read) pair of them")
+        if timeout is not None and not all(
+                _positive_number(part) for part in
+                (timeout if isinstance(timeout, tuple) and len(timeout) == 2 else (timeout,))):
+            raise ValidationError("timeout must be a positive number of seconds, a (connect, "
+                                  "read) pair of them, or None (requests' meaning: no limit)")
         for name, value in (("backoff_base", backoff_base), ("backoff_cap", backoff_cap)):
             if not (_positive_number(value) or value == 0):
                 raise ValidationError(f"{name} must be a number of seconds, at least 0")
