@@ -87,7 +87,7 @@ def resolve(api_key, cached=False, fresh=False):
         tenant = keys.find_by_key_digest(digest)
         if tenant is not None and tenant.active:
             if cached:
-                key_cache.put(tenant)
+                key_cache.put(tenant, replacing=fresh)
             return _tenant_principal(tenant)
         if cached and fresh:  # what was kept no longer authenticates
             key_cache.forget(digest)

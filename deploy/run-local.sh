@@ -72,8 +72,17 @@ flask_quiet() {
 flask_quiet db upgrade >/dev/null
 DEMO_EMAIL=demo@example.com
 if "$VENV/bin/flask" tenants show "$DEMO_EMAIL" >/dev/null 2>&1; then
-  # Keys are stored only as digests, so a restart issues fresh demo credentials.
-  api_key=$(flask_quiet tenants rotate-key "$DEMO_EMAIL")
+  # Keys are stored only as digests, so a restart issues fresh demo credentials: the tenant's
+  # first key ("default", every scope) rotated, or made again if it was revoked.
+  key_id=$(flask_quiet tenants keys list "$DEMO_EMAIL" \
+    | awk -F'\t' '$2 == "default" {print $1; exit}')
+  if [ -n "$key_id" ]; then
+    api_key=$(flask_quiet tenants rotate-key "$DEMO_EMAIL" --key-id "$key_id")
+  else
+    api_key=$(flask_quiet tenants keys add "$DEMO_EMAIL" --name default --scope intents \
+      --scope usage:read --scope keys:write --scope signing:write --scope webhooks:write \
+      | awk 'NR == 1 {print $NF}')
+  fi
   signing_secret=$(flask_quiet tenants rotate-signing-secret "$DEMO_EMAIL")
 else
   created=$(flask_quiet tenants create --email "$DEMO_EMAIL" --plan pro --json)

@@ -11,6 +11,7 @@ from werkzeug import Response
 
 from app import create_app
 from app.config import ConfigError
+from app.context_store.breaker import TRIAL, Breaker
 from app.extensions import db
 from app.intents.models import Intent
 from tests.servers import free_port
@@ -335,26 +336,39 @@ def test_a_store_that_does_not_answer_holds_a_worker_once_per_break(client, tena
     """With the store hung, every generate would hold its worker for the whole deadline, and
     everything else queues behind it: after a timeout the worker answers 502 at once for the
     break, then one request tries again, and a store that answers closes the breaker."""
-    started = time.time()
     assert_envelope(_generate(client, tenant), 502, "context store request failed")
+    opened = time.time()  # the break began before this
     assert silent_store.wait_for(1) == 1 and _breaks(caplog) == [5.0]
     for _ in range(3):  # within the break: no call at all
         assert_envelope(_generate(client, tenant), 502, "context store request failed")
     assert _failures(caplog) == ["read timeout"] + ["breaker open"] * 3
     assert silent_store.requests == 1 and _no_intent_written(app)
 
-    with time_machine.travel(started + 6):  # the break is over: one trial, still hung
+    with time_machine.travel(opened + 5.5):  # the break is over: one trial, still hung
         assert_envelope(_generate(client, tenant), 502, "context store request failed")
+        reopened = time.time()
         assert silent_store.wait_for(2) == 2 and _breaks(caplog) == [5.0, 10.0]
         assert_envelope(_generate(client, tenant), 502, "context store request failed")
         assert _failures(caplog)[-1] == "breaker open"
 
     app.config["CONTEXT_STORE_URL"] = httpserver.url_for("/context")
     httpserver.expect_request("/context").respond_with_json({"tags": ["weather"]})
-    with time_machine.travel(started + 17):  # the trial finds the store answering
+    with time_machine.travel(reopened + 10.5):  # the trial finds the store answering
         for _ in range(2):
             assert _generate(client, tenant).status_code == 200
     assert len(httpserver.log) == 2 and silent_store.requests == 2
+
+
+def test_calls_in_flight_when_the_breaker_opens_do_not_lengthen_the_break():
+    """A gthread worker's threads all time out at once on a store that blipped: the break is
+    the first one, not doubled once per thread; only a failed trial doubles it."""
+    breaker = Breaker(5.0)
+    admitted = [breaker.allow() for _ in range(4)]
+    assert [breaker.timed_out(call) for call in admitted] == [5.0] * 4
+    with time_machine.travel(time.time() + 6):
+        trial = breaker.allow()
+        assert trial == TRIAL and breaker.allow() is None  # one trial at a time
+        assert breaker.timed_out(trial) == 10.0
 
 
 def test_a_quick_failure_opens_no_breaker(client, tenant, app, caplog):

@@ -67,6 +67,28 @@ def test_run_local_says_why_migrations_failed(environment):
 
 
 def test_run_local_runs_the_demo_and_stops_its_server_on_sigterm(environment):
+    port = _run_demo(environment)
+    with pytest.raises(ConnectionRefusedError):  # the script's gunicorn is gone with it
+        socket.create_connection(("127.0.0.1", port), timeout=10).close()
+
+
+def test_run_local_runs_again_on_a_demo_tenant_with_other_keys(environment):
+    """A restart issues fresh demo credentials whatever keys the tenant made meanwhile: its
+    first key rotated by id (rotate-key refuses to guess among several), or made again when it
+    was revoked."""
+    _run_demo(environment)
+    added = _flask(environment, "tenants", "keys", "add", "demo@example.com", "--name", "backend")
+    assert added.returncode == 0, added.stderr
+    _run_demo(environment)  # two keys: "default" is the one rotated
+    listed = _flask(environment, "tenants", "keys", "list", "demo@example.com").stdout
+    (default,) = [line.split("\t")[0] for line in listed.splitlines() if "\tdefault\t" in line]
+    revoked = _flask(environment, "tenants", "keys", "revoke", "demo@example.com", default)
+    assert revoked.returncode == 0, revoked.stderr
+    _run_demo(environment)  # "default" gone: made again, with every scope the demo uses
+
+
+def _run_demo(environment):
+    """deploy/run-local.sh to the end of its demo, then SIGTERM; returns its port."""
     port = free_port()
     environment["GUNICORN_BIND"] = f"127.0.0.1:{port}"
     process = subprocess.Popen([RUN_LOCAL], env=environment, stdout=subprocess.PIPE,
@@ -90,10 +112,10 @@ def test_run_local_runs_the_demo_and_stops_its_server_on_sigterm(environment):
     assert f"Intent verification service on http://127.0.0.1:{port}" in output, (
         output + process.stderr.read())
     for expected in ("cleared ->", "blocked -> InvalidSignature",
-                     "replay blocked -> ReplayedIntent", "webhook.test delivered and verified ->"):
+                     "replay blocked -> ReplayedIntent", "webhook.test delivered and verified ->",
+                     "back on the HMAC scheme"):
         assert expected in output
-    with pytest.raises(ConnectionRefusedError):  # the script's gunicorn is gone with it
-        socket.create_connection(("127.0.0.1", port), timeout=10).close()
+    return port
 
 
 def _flask(environment, *args):

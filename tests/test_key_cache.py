@@ -243,6 +243,25 @@ def test_a_move_to_a_limited_plan_forgets_what_was_kept(client, kept, httpserver
     assert not httpserver.log
 
 
+def test_an_entry_kept_past_a_move_to_a_limited_plan_is_forgotten_at_its_first_use(
+        client, kept, httpserver):
+    """A request that read the key just before the move keeps its principal just after the
+    move forgot it (or Redis missed the forgetting): its first use is refused by the write and
+    looked up afresh, and that lookup forgets it rather than leave it sending user tokens to
+    the context store until it expires."""
+    client.application.config["CONTEXT_STORE_URL"] = httpserver.url_for("/context")
+    httpserver.expect_request("/context").respond_with_json({"tags": ["weather"]})
+    entry = _kept(kept)
+    with client.application.app_context(), unit_of_work():
+        db.session.add(MonthlyUsage(tenant_id=kept.tenant_id, period=billing_period(), shard=5,
+                                    usage_count=1_000))
+        tenant_service.update_tenant(kept.tenant_id, plan="free")
+    redis.Redis.from_url(TEST_REDIS_URL).set(_entry_name(kept), entry)
+    for _ in range(3):
+        assert_envelope(_generate(client, kept), 429, "monthly verification limit reached")
+    assert len(httpserver.log) == 1 and _kept(kept) is None
+
+
 def test_every_refusal_of_a_kept_principal_is_the_databases(client, kept):
     """Only a success goes through the write that confirms a kept principal: any other answer
     (a bad body, a context store failure, a refusal) is decided again on a fresh lookup, so a

@@ -635,3 +635,34 @@ def test_the_node_sdk_verifies_what_the_service_signs():
     event = {"id": "msg_1", **json.loads(body)}
     assert json.loads(finished.stdout) == [event, event, "WebhookVerificationError",
                                            "WebhookVerificationError"]
+
+
+def test_a_tls_handshake_that_drips_in_is_cut_at_the_deadline(monkeypatch, unanswering_address):
+    """The first address never answers (3 s of the 4 s deadline gone), the second accepts and
+    then sends its TLS handshake a byte at a time: the handshake must end with the attempt's
+    deadline, not get a whole timeout of its own (7 s in all)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def drip():
+        connection, _ = listener.accept()
+        with connection:
+            connection.sendall(b"\x16\x03\x03\x3e\x80")  # a handshake record of 16,000 bytes
+            while not stop.wait(0.5):
+                try:
+                    connection.sendall(b"\x00")
+                except OSError:
+                    return
+
+    threading.Thread(target=drip, daemon=True).start()
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *args, **kwargs: [
+        (socket.AF_INET, socket.SOCK_STREAM, 6, "", unanswering_address),
+        (socket.AF_INET, socket.SOCK_STREAM, 6, "", listener.getsockname())])
+    started = time.monotonic()
+    try:
+        with pytest.raises(TimeoutError):
+            ssrf.post("https://receiver.example/hook", b"{}", {}, True, 3, 4)
+        assert time.monotonic() - started < 5.5
+    finally:
+        stop.set()
+        listener.close()

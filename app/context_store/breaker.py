@@ -17,6 +17,7 @@ import threading
 import time
 
 MAX_BREAK_SECONDS = 60.0
+CLOSED, TRIAL = "closed", "trial"  # what `allow` admitted a call as
 
 
 class Breaker:
@@ -28,29 +29,33 @@ class Breaker:
         self._trial = False
 
     def allow(self):
-        """Whether this request may ask the store: always while closed; once the break is
-        over, one request at a time (the trial) until one ends."""
+        """Whether this request may ask the store: CLOSED (yes), TRIAL (yes: the one request
+        that tries the store once the break is over) or None (no: answer 502 at once)."""
         with self._lock:
             if self._opened_at is None:
-                return True
+                return CLOSED
             # The wall clock (tests travel in time); set back, it ends the break early rather
             # than prolong it.
             now = time.time()
             if self._trial or self._opened_at <= now < self._opened_at + self._break:
-                return False
+                return None
             self._trial = True
-            return True
+            return TRIAL
 
     def answered(self):
         """The store answered, or failed without holding the call: closed."""
         with self._lock:
             self._opened_at, self._break, self._trial = None, 0.0, False
 
-    def timed_out(self):
-        """The store did not answer in time: open, for the first break or twice the last.
-        Returns the break's seconds."""
+    def timed_out(self, admitted):
+        """A call `allow` admitted as `admitted` did not get an answer in time. The first such
+        call opens the breaker for the first break; a failed trial doubles it. Calls that were
+        already in flight when it opened (a gthread worker's others) change nothing: one
+        blip must not double the break once per thread. Returns the break's seconds."""
         with self._lock:
-            self._break = (self.seconds if self._opened_at is None
-                           else min(self._break * 2, max(MAX_BREAK_SECONDS, self.seconds)))
-            self._opened_at, self._trial = time.time(), False
+            if admitted == TRIAL:
+                self._break = min(self._break * 2, max(MAX_BREAK_SECONDS, self.seconds))
+                self._opened_at, self._trial = time.time(), False
+            elif self._opened_at is None:
+                self._break, self._opened_at = self.seconds, time.time()
             return self._break

@@ -41,7 +41,8 @@ def tags_for(user_token):
     if url is None:
         return deriver.tags_from_token(user_token)
     breaker = current_app.extensions["context_store_breaker"]
-    if not breaker.allow():
+    admitted = breaker.allow()
+    if admitted is None:
         _failed("breaker open")
     silent = False
     try:
@@ -50,7 +51,7 @@ def tags_for(user_token):
         silent = isinstance(failure, StoreSilent)
         if silent:
             log.warning("context store breaker open",
-                        extra={"failure": str(failure), "seconds": breaker.timed_out()})
+                        extra={"failure": str(failure), "seconds": breaker.timed_out(admitted)})
         _failed(str(failure))
     finally:
         if not silent:  # whatever else ended the call, a trial included

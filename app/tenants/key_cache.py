@@ -89,9 +89,15 @@ def get(digest):
     return SimpleNamespace(**fields)
 
 
-def put(tenant):
-    """Keep what a fresh lookup read."""
-    if tenant.fingerprint is None or monthly_limit(tenant.plan) is not None:
+def put(tenant, replacing=False):
+    """Keep what a fresh lookup read; `replacing`: the lookup ran because what was kept no
+    longer matched, so a principal that is not to be kept (a limited plan's) forgets it rather
+    than leave it to send user tokens to the context store until it expires."""
+    if tenant.fingerprint is None:
+        return
+    if monthly_limit(tenant.plan) is not None:
+        if replacing:
+            forget(tenant.key_digest)
         return
     fields = {name: value for name, value in tenant._asdict().items() if name not in _NOT_KEPT}
     text = json.dumps(fields, separators=(",", ":")).encode("utf-8")

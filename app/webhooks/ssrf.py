@@ -186,8 +186,14 @@ class _HTTPSConnection(http.client.HTTPSConnection):
     def connect(self):
         sock = self.pinned.open_socket()
         sock.settimeout(self.timeout)
-        # The certificate is checked for the host name, as if we had connected by name.
-        self.sock = self._context.wrap_socket(sock, server_hostname=self.host)
+        # The certificate is checked for the host name, as if we had connected by name. The
+        # handshake is made once the connection holds the socket, so that the deadline's timer
+        # can cut a handshake that drips in too.
+        self.sock = self._context.wrap_socket(sock, server_hostname=self.host,
+                                              do_handshake_on_connect=False)
+        if time.monotonic() >= self.pinned.deadline:  # the timer fired before it could cut
+            raise TimeoutError("no answer within the deadline")
+        self.sock.do_handshake()
 
 
 def post(url, body, headers, allow_private, connect_timeout, total_timeout, ca_file=None):

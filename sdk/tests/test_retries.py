@@ -5,6 +5,7 @@ import ssl
 import threading
 
 import pytest
+import requests
 from werkzeug import Response
 
 from intentgate import (
@@ -446,6 +447,16 @@ def test_a_verdict_not_in_the_services_shape_never_clears(httpserver, verdict):
 
     with pytest.raises(ServiceError):
         _client(httpserver, Sleeps()).guard("user-token-123", call_ai)
+
+
+def test_settings_requests_takes_are_still_taken():
+    """requests' own forms: no limit (None, or None for the read), and a scheme a session's
+    adapter serves (http+unix://) when the caller brings that session."""
+    for timeout in (None, (3.05, None), (None, 27)):
+        Client("http://127.0.0.1:9", KEY, timeout=timeout)
+    Client("http+unix://%2Frun%2Fintentgate.sock", KEY, session=requests.Session())
+    with pytest.raises(ValidationError):
+        Client("http+unix://%2Frun%2Fintentgate.sock", KEY)
 
 
 @pytest.mark.parametrize("kwargs", [

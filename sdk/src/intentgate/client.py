@@ -63,12 +63,11 @@ class Client:
             raise ValidationError(API_KEY_TEXT)  # never the key itself: errors reach logs
         # Refused here, as Node's client does, not at the first call as one of requests' own
         # exceptions (InvalidSchema, InvalidURL, ValueError), which are not IntentGateErrors.
-        _check_base_url(base_url)
-        if timeout is not None and not all(
-                _positive_number(part) for part in
-                (timeout if isinstance(timeout, tuple) and len(timeout) == 2 else (timeout,))):
-            raise ValidationError("timeout must be a positive number of seconds, a (connect, "
-                                  "read) pair of them, or None (requests' meaning: no limit)")
+        _check_base_url(base_url, custom_session=session is not None)
+        if not all(part is None or _positive_number(part) for part in
+                   (timeout if isinstance(timeout, tuple) and len(timeout) == 2 else (timeout,))):
+            raise ValidationError("timeout must be a positive number of seconds or None "
+                                  "(requests' meaning: no limit), or a (connect, read) pair")
         for name, value in (("backoff_base", backoff_base), ("backoff_cap", backoff_cap)):
             if not (_positive_number(value) or value == 0):
                 raise ValidationError(f"{name} must be a number of seconds, at least 0")
@@ -323,11 +322,16 @@ def _positive_number(value):
             and math.isfinite(value) and value > 0)
 
 
-def _check_base_url(base_url):
+def _check_base_url(base_url, custom_session):
+    """http(s):// with a host; with a session of the caller's, any scheme its adapters may
+    serve (http+unix://, say) with a location."""
     try:
         parts = urlsplit(base_url) if isinstance(base_url, str) else None
-        valid = (parts is not None and parts.scheme in ("http", "https")
-                 and bool(parts.hostname) and (parts.port is None or parts.port > 0))
+        if parts is not None and custom_session and parts.scheme not in ("http", "https"):
+            valid = bool(parts.scheme and parts.netloc)
+        else:
+            valid = (parts is not None and parts.scheme in ("http", "https")
+                     and bool(parts.hostname) and (parts.port is None or parts.port > 0))
     except ValueError:  # a port out of range or not a number
         valid = False
     if not valid:
