@@ -14,12 +14,14 @@ access_log = logging.getLogger("app.access")
 # A credential a client put in a URL (DELETE /v1/tenant/keys/key_live_...): an API key or signing
 # secret (hex) up to the end of its path segment or query parameter; a webhook secret (base64,
 # which may hold "/") up to the end of its parameter or of the path, whatever follows it there.
-_CREDENTIAL_IN_URL = re.compile(r"((?:key|sig)_live_)[^/?&\s]*|(whsec_)[^?&\s]*")
+# In any case: a key upper-cased on the way is no key the service takes, but still a secret.
+_CREDENTIAL_IN_URL = re.compile(r"((?:key|sig)_live_)[^/?&\s]*|(whsec_)[^?&\s]*", re.IGNORECASE)
 
 
 def mask_credentials(text):
     """`text` (a path or query string) with each key or secret in it masked."""
-    if "_live_" in text or "whsec_" in text:  # on every request: the pattern only when needed
+    folded = text.lower()
+    if "_live_" in folded or "whsec_" in folded:  # on every request: the pattern only if needed
         return _CREDENTIAL_IN_URL.sub(r"\1\2[redacted]", text)
     return text
 

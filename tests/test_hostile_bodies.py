@@ -688,6 +688,10 @@ def test_a_credential_sent_as_a_field_name_is_not_echoed(client, tenant):
     assert_envelope(answer, 400, "unknown field: response.sig_live_[redacted]")
     for secret in (tenant.api_key, tenant.signing_secret):
         assert secret.split("_live_")[1] not in answer.get_data(as_text=True)
+    # Upper-cased on the way: no key the service takes, still a secret.
+    shouted = client.post("/v1/intent/generate", headers=tenant.headers,
+                          json={"user_token": "hostile-user-token", tenant.api_key.upper(): 1})
+    assert_envelope(shouted, 400, "unknown field: KEY_LIVE_[redacted]")
 
 
 def test_what_an_answer_repeats_of_unknown_fields_is_bounded(client, tenant):

@@ -40,7 +40,8 @@ function verifyWebhook(secret, body, headers, { now = Date.now() / 1000 } = {}) 
     .update(Buffer.concat([Buffer.from(`${id}.${timestamp}.`, 'utf8'), bytes])).digest();
   const matches = signatures.split(' ').some((entry) => {
     const [version, signature] = entry.split(',', 2);
-    if (version !== 'v1' || signature === undefined) return false;
+    // Standard base64 only: Buffer.from would skip any other character and decode the rest.
+    if (version !== 'v1' || !/^[A-Za-z0-9+/]+={0,2}$/.test(signature ?? '')) return false;
     const given = Buffer.from(signature, 'base64');
     return given.length === expected.length && crypto.timingSafeEqual(given, expected);
   });
@@ -57,7 +58,9 @@ function verifyWebhook(secret, body, headers, { now = Date.now() / 1000 } = {}) 
   return { id, ...event };
 }
 
-function secretKey(secret) {
+function secretKey(given) {
+  // Trimmed: a secret read from a file or a mounted secret often ends with a line break.
+  const secret = typeof given === 'string' ? given.trim() : given;
   if (typeof secret !== 'string' || !secret.startsWith(SECRET_PREFIX)
       || !/^[A-Za-z0-9+/]+={0,2}$/.test(secret.slice(SECRET_PREFIX.length))) {
     // A mistake of the receiver's, not of the request: a TypeError, as for the Client's options.

@@ -32,6 +32,10 @@ test('a signed event is returned with its id, from a string, bytes or fetch Head
     new Headers(signed()), { now: NOW + 299 }), expected);
 });
 
+test('a secret read from a file with its line break verifies', () => {
+  assert.equal(verifyWebhook(`${SECRET}\n`, BODY, signed(), { now: NOW }).id, 'msg_1');
+});
+
 test('either of two signatures verifies during a secret rotation', () => {
   const other = `whsec_${Buffer.from('o'.repeat(24)).toString('base64')}`;
   const headers = signed();
@@ -50,6 +54,7 @@ test('a changed, late, unsigned or malformed request is a WebhookVerificationErr
     [BODY, { ...signed(), 'webhook-signature': 'garbage' }],
     [BODY, { ...signed(), 'webhook-signature': 'v1,not base64!' }],
     [BODY, { ...signed(), 'webhook-signature': 'v2,AAAA' }],
+    [BODY, { ...signed(), 'webhook-signature': `v1,!!${signed()['webhook-signature'].slice(3)}` }],
     [BODY, { ...signed(), 'webhook-timestamp': '1e9' }],
     [BODY, { ...signed(), 'webhook-timestamp': ['1', '2'] }],
     [Buffer.from([0xff, 0xfe, 0x7b, 0x7d]), signed('\ufffd\ufffd{}')],
