@@ -105,12 +105,19 @@ def _as_answered(messages):
     at most MAX_DETAILS fields a level. The unknown fields come last, in the order of their
     names (marshmallow finds them as a set: which one the error text names would vary)."""
     if isinstance(messages, dict):
-        ordered = sorted(messages.items(), key=lambda item: (
-            item[1] == [UNKNOWN_FIELD], str(item[0]) if item[1] == [UNKNOWN_FIELD] else ""))
+        ordered = sorted(messages.items(), key=_unknown_last_by_name)
         return {_as_named(name): _as_answered(value) for name, value in ordered[:MAX_DETAILS]}
     if isinstance(messages, list):
         return [_as_answered(value) for value in messages]
     return messages
+
+
+def _unknown_last_by_name(item):
+    """Sort key: the fields the schema knows in marshmallow's order (a stable sort), then the
+    unknown ones by name."""
+    name, message = item
+    unknown = message == [UNKNOWN_FIELD]
+    return (unknown, str(name) if unknown else "")
 
 
 def _as_named(name):

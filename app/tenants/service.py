@@ -97,6 +97,9 @@ def _raise_reached_thresholds(tenant_id, plan_limit):
 def update_tenant(reference, plan=None, active=None, signature_scheme=None):
     # Judged under the row's lock: of concurrent identical changes, one changes and is audited.
     tenant = locked_tenant(find_tenant(reference).id)
+    # What the key cache keeps of this tenant no longer holds after a deactivation, or a move
+    # to a limited plan (only an unlimited plan's principals are kept: app.tenants.key_cache).
+    forget_kept = False
     if plan is not None and plan != tenant.plan:
         audit.record(tenant.id, "plan.changed", old=tenant.plan, new=plan)
         tenant.plan = plan
@@ -105,13 +108,13 @@ def update_tenant(reference, plan=None, active=None, signature_scheme=None):
             db.session.execute(metering.fold_statement(),
                                {"tenant_id": tenant.id, "period": billing_period()})
             _raise_reached_thresholds(tenant.id, monthly_limit(plan))
-            # Only an unlimited plan's principals are kept (app.tenants.key_cache).
-            key_cache.forget_when_committed(key.key_digest for key in keys.list_keys(tenant.id))
+            forget_kept = True
     if active is not None and active != tenant.active:
         audit.record(tenant.id, "tenant.activated" if active else "tenant.deactivated")
         tenant.active = active
-        if not active:
-            key_cache.forget_when_committed(key.key_digest for key in keys.list_keys(tenant.id))
+        forget_kept = forget_kept or not active
+    if forget_kept:
+        key_cache.forget_when_committed(key.key_digest for key in keys.list_keys(tenant.id))
     if signature_scheme is not None:
         signing.set_signature_scheme(tenant.id, signature_scheme)
     db.session.flush()
