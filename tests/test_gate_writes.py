@@ -52,3 +52,41 @@ def test_every_consume_is_a_hot_update(client, tenant):
         assert tuple(updates()) == (updated + 40, hot + 40)
     finally:
         engine.dispose()
+
+
+@pytest.mark.skipif(not TEST_DATABASE_URL, reason="HOT updates are PostgreSQL's")
+def test_consumes_find_room_on_their_own_page_while_pruning_cannot_run(client, tenant):
+    """PostgreSQL frees a page's older versions (pruning) only once no snapshot can see them,
+    and skips a page another backend holds: a report running, a replica's feedback, or verifies
+    of intents issued together. Until then each consume needs room for its version on the
+    intent's own page, or it is no HOT update (an entry in every index, a full-page image in
+    the WAL). Issued pages keep room for a dozen of their intents' consumed versions."""
+    engine = create_engine(normalize_database_url(TEST_DATABASE_URL))
+    issued = [client.post("/v1/intent/generate", headers=tenant.headers, json={
+        "user_token": "hot-update-token"}).get_json()["intent_hash"] for _ in range(80)]
+
+    def pages(hashes):
+        with engine.connect() as connection:
+            return dict(connection.execute(text(
+                "SELECT intent_hash, (ctid::text::point)[0] FROM intents"
+                " WHERE intent_hash = ANY(:hashes)"), {"hashes": hashes}).all())
+
+    before = pages(issued)
+    page = max(set(before.values()), key=list(before.values()).count)
+    consumed = [value for value in issued if before[value] == page][:12]
+    print("PAGES", sorted(before.values()), flush=True)
+    assert len(consumed) == 12
+    try:
+        with engine.connect() as report:
+            report.execute(text("BEGIN ISOLATION LEVEL REPEATABLE READ"))
+            report.execute(text("SELECT count(*) FROM intents")).scalar_one()  # its snapshot
+            for intent_hash in consumed:
+                assert client.post("/v1/intent/verify", headers=tenant.headers, json={
+                    "original_intent_hash": intent_hash,
+                    "response": scale_response(tenant.signing_secret, intent_hash),
+                }).get_json()["cleared"]
+            after = pages(consumed)
+            report.execute(text("ROLLBACK"))
+        assert after == {value: page for value in consumed}
+    finally:
+        engine.dispose()

@@ -282,6 +282,7 @@ def test_tenants_made_before_webhooks_get_the_default_usage_alerts_and_back(
 
 
 BEFORE_MATCH_ID_ON_INTENTS = "d1f3a5c7e924"
+MATCH_ID_ON_INTENTS = "c2e4a6f8b135"
 
 
 def test_each_consumed_intent_gets_its_own_match_id_and_the_replay_records_stay(
@@ -305,7 +306,7 @@ def test_each_consumed_intent_gets_its_own_match_id_and_the_replay_records_stay(
         db.session.execute(text("INSERT INTO seen_responses (owner, match_id, intent_id)"
                                 " VALUES (:owner, 'm-1', 1)"), {"owner": owner})
         db.session.commit()
-        upgrade()
+        upgrade(revision=MATCH_ID_ON_INTENTS)
         assert db.session.execute(text("SELECT id, match_id FROM intents ORDER BY id")
                                   ).all() == [(1, "m-1"), (2, None), (3, None)]
         db.session.commit()
@@ -385,6 +386,32 @@ def test_counters_become_shard_0_and_the_downgrade_merges_the_shards(base_settin
                         " 'tenant:1', 'm', true, 5, 60, :tenant, :period, '2026-11-02', 1000,"
                         " 'evt')", period=billing_period()) == [("UnknownIntent", 13)]
         db.session.commit()
+        db.session.remove()
+        db.engine.dispose()
+    app.extensions["database"].engine.dispose()
+
+
+BEFORE_PAGES_FILLED_TO_65 = "a4c6e8f0b237"
+
+
+@pytest.mark.skipif(not TEST_DATABASE_URL, reason="a fillfactor is PostgreSQL's")
+def test_intents_pages_are_filled_to_65_and_the_downgrade_restores_80(base_settings,
+                                                                      empty_database_url):
+    app = create_app({**base_settings, "SQLALCHEMY_DATABASE_URI": empty_database_url})
+
+    def fill():
+        options = db.session.execute(text(
+            "SELECT reloptions FROM pg_class WHERE relname = 'intents'")).scalar_one()
+        db.session.commit()
+        return options
+
+    with app.app_context():
+        upgrade(revision=BEFORE_PAGES_FILLED_TO_65)
+        assert fill() == ["fillfactor=80"]
+        upgrade()
+        assert fill() == ["fillfactor=65"]
+        downgrade(revision=BEFORE_PAGES_FILLED_TO_65)
+        assert fill() == ["fillfactor=80"]
         db.session.remove()
         db.engine.dispose()
     app.extensions["database"].engine.dispose()

@@ -15,14 +15,14 @@ class Intent(db.Model):
     every key and unique constraint of a per-tenant table holds it.
 
     The gate's one write to an intent (consumed_at and match_id) changes no indexed column, and
-    a page is filled to 80 % when intents are issued: the room left lets PostgreSQL keep the
+    a page is filled to 65 % when intents are issued: the room left lets PostgreSQL keep the
     consumed version on the same page with no new index entry (a HOT update). Three indexes
     only: the key, the lookup by hash and the purge's by expiry (migration c2e4a6f8b135)."""
 
     __tablename__ = "intents"
     __table_args__ = (
         UniqueConstraint("owner", "intent_hash"),
-        {"postgresql_with": {"fillfactor": 80}},
+        {"postgresql_with": {"fillfactor": 65}},
     )
 
     # "tenant:<id>" or "admin:<id>": who may verify it, and whose usage it counts against.
