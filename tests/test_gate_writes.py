@@ -57,10 +57,11 @@ def test_every_consume_is_a_hot_update(client, tenant):
 @pytest.mark.skipif(not TEST_DATABASE_URL, reason="HOT updates are PostgreSQL's")
 def test_consumes_find_room_on_their_own_page_while_pruning_cannot_run(client, tenant):
     """PostgreSQL frees a page's older versions (pruning) only once no snapshot can see them,
-    and skips a page another backend holds: a report running, a replica's feedback, or verifies
-    of intents issued together. Until then each consume needs room for its version on the
-    intent's own page, or it is no HOT update (an entry in every index, a full-page image in
-    the WAL). Issued pages keep room for a dozen of their intents' consumed versions."""
+    and skips a page another backend holds: a report running, a replica's feedback, verifies of
+    intents issued together. Until then each consume needs room for its version (some 48 bytes
+    larger than the issued one) on the intent's own page, or it is no HOT update: an entry in
+    every index, a full-page image in the WAL. A full page keeps room for a dozen of its
+    intents' consumed versions (at the former 80 % fill: nine)."""
     engine = create_engine(normalize_database_url(TEST_DATABASE_URL))
     issued = [client.post("/v1/intent/generate", headers=tenant.headers, json={
         "user_token": "hot-update-token"}).get_json()["intent_hash"] for _ in range(80)]
