@@ -4,7 +4,7 @@ Revision ID: b5d7f9a1c348
 Revises: a4c6e8f0b237
 Create Date: 2026-11-27 07:00:00
 
-A verify's write to an inA verify's write to an intent is a HOT update only when the consumed version fits on the
+A verify's write to an intent is a HOT update only when the consumed version fits on the
 intent's own page. It is some 48 bytes larger than the issued one (consumed_at, and the match_id
 it records: a uuid's 32-36 characters from the SDKs), about 196 bytes against 148. At 80 % a page
 holds some 42 issued intents, and 42 consumed versions do not fit in 8 KB even once PostgreSQL
@@ -17,7 +17,7 @@ consume in eleven was no HOT update when verified one at a time through the serv
 any pruning, which PostgreSQL defers while an older snapshot sees the old ones (a report, a
 replica's feedback) or another backend holds the page. The table is about a fifth larger for
 the intents' lifetime. Pages written before keep their fill.
-factor) takes a SHARE UPDATE EXCLUSIVE lock: reads and writes go on.
+ALTER TABLE ... SET (fillfactor) takes a SHARE UPDATE EXCLUSIVE lock: reads and writes go on.
 The downgrade restores 80 %. Nothing to do on SQLite.
 """
 from alembic import op
