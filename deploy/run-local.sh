@@ -79,8 +79,11 @@ if "$VENV/bin/flask" tenants show "$DEMO_EMAIL" >/dev/null 2>&1; then
   if [ -n "$key_id" ]; then
     api_key=$(flask_quiet tenants rotate-key "$DEMO_EMAIL" --key-id "$key_id")
   else
-    api_key=$(flask_quiet tenants keys add "$DEMO_EMAIL" --name default --scope intents \
-      --scope usage:read --scope keys:write --scope signing:write --scope webhooks:write \
+    # Every scope, as the tenant's first key holds them (app.tenants.scopes.SCOPES).
+    every_scope=$("$VENV/bin/python" -c \
+      'from app.tenants.scopes import SCOPES; print(" ".join("--scope " + s for s in SCOPES))')
+    # shellcheck disable=SC2086  # one word per option and scope
+    api_key=$(flask_quiet tenants keys add "$DEMO_EMAIL" --name default $every_scope \
       | awk 'NR == 1 {print $NF}')
   fi
   signing_secret=$(flask_quiet tenants rotate-signing-secret "$DEMO_EMAIL")

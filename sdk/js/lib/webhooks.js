@@ -11,6 +11,8 @@ const crypto = require('node:crypto');
 
 const TOLERANCE_SECONDS = 5 * 60;
 const SECRET_PREFIX = 'whsec_';
+// Standard base64 only: Buffer.from would skip any other character and decode the rest.
+const STANDARD_BASE64 = /^[A-Za-z0-9+/]+={0,2}$/;
 
 /** The request is not an event the service signed with this secret (or it came too late). */
 class WebhookVerificationError extends Error {
@@ -40,8 +42,7 @@ function verifyWebhook(secret, body, headers, { now = Date.now() / 1000 } = {}) 
     .update(Buffer.concat([Buffer.from(`${id}.${timestamp}.`, 'utf8'), bytes])).digest();
   const matches = signatures.split(' ').some((entry) => {
     const [version, signature] = entry.split(',', 2);
-    // Standard base64 only: Buffer.from would skip any other character and decode the rest.
-    if (version !== 'v1' || !/^[A-Za-z0-9+/]+={0,2}$/.test(signature ?? '')) return false;
+    if (version !== 'v1' || !STANDARD_BASE64.test(signature ?? '')) return false;
     const given = Buffer.from(signature, 'base64');
     return given.length === expected.length && crypto.timingSafeEqual(given, expected);
   });
@@ -62,7 +63,7 @@ function secretKey(given) {
   // Trimmed: a secret read from a file or a mounted secret often ends with a line break.
   const secret = typeof given === 'string' ? given.trim() : given;
   if (typeof secret !== 'string' || !secret.startsWith(SECRET_PREFIX)
-      || !/^[A-Za-z0-9+/]+={0,2}$/.test(secret.slice(SECRET_PREFIX.length))) {
+      || !STANDARD_BASE64.test(secret.slice(SECRET_PREFIX.length))) {
     // A mistake of the receiver's, not of the request: a TypeError, as for the Client's options.
     throw new TypeError("secret must be the endpoint's whsec_... secret");
   }
