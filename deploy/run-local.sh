@@ -74,8 +74,10 @@ DEMO_EMAIL=demo@example.com
 if "$VENV/bin/flask" tenants show "$DEMO_EMAIL" >/dev/null 2>&1; then
   # Keys are stored only as digests, so a restart issues fresh demo credentials: the tenant's
   # first key ("default", every scope) rotated, or made again if it was revoked.
+  # awk reads the list to its end: leaving early would close the pipe on a line flask has yet
+  # to write, and click ends a command whose output pipe is closed with status 1, silently.
   key_id=$(flask_quiet tenants keys list "$DEMO_EMAIL" \
-    | awk -F'\t' '$2 == "default" {print $1; exit}')
+    | awk -F'\t' '$2 == "default" && key_id == "" {key_id = $1} END {print key_id}')
   if [ -n "$key_id" ]; then
     api_key=$(flask_quiet tenants rotate-key "$DEMO_EMAIL" --key-id "$key_id")
   else

@@ -1,6 +1,7 @@
 """What a new user or an operator meets first: deploy/run-local.sh and bad settings, each run as a
 real process. A failure says why in one line; nothing runs against the wrong server."""
 import os
+import pathlib
 import signal
 import socket
 import subprocess
@@ -72,19 +73,42 @@ def test_run_local_runs_the_demo_and_stops_its_server_on_sigterm(environment):
         socket.create_connection(("127.0.0.1", port), timeout=10).close()
 
 
-def test_run_local_runs_again_on_a_demo_tenant_with_other_keys(environment):
+def test_run_local_runs_again_on_a_demo_tenant_with_other_keys(environment, tmp_path):
     """A restart issues fresh demo credentials whatever keys the tenant made meanwhile: its
     first key rotated by id (rotate-key refuses to guess among several), or made again when it
     was revoked."""
     _run_demo(environment)
     added = _flask(environment, "tenants", "keys", "add", "demo@example.com", "--name", "backend")
     assert added.returncode == 0, added.stderr
-    _run_demo(environment)  # two keys: "default" is the one rotated
+    # Two keys, "default" listed first and rotated, with the list's lines arriving apart as on a
+    # loaded host: the script reads to the end rather than closing the pipe on "backend".
+    _run_demo(dict(environment, VENV=_venv_with_a_slow_key_list(tmp_path)))
     listed = _flask(environment, "tenants", "keys", "list", "demo@example.com").stdout
     (default,) = [line.split("\t")[0] for line in listed.splitlines() if "\tdefault\t" in line]
     revoked = _flask(environment, "tenants", "keys", "revoke", "demo@example.com", default)
     assert revoked.returncode == 0, revoked.stderr
     _run_demo(environment)  # "default" gone: made again, with every scope the demo uses
+
+
+def _venv_with_a_slow_key_list(tmp_path):
+    """A VENV running this one's programs, where `flask tenants keys list` hands its output on a
+    line at a time, 0.2 s apart. A reader gone early makes it fail with nothing on stderr, as
+    flask itself does on a closed pipe."""
+    bin_dir = tmp_path / "slow-venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    real = pathlib.Path(sys.prefix) / "bin"
+    for name in ("python", "gunicorn"):
+        (bin_dir / name).write_text(f'#!/bin/sh\nexec "{real / name}" "$@"\n')
+    (bin_dir / "flask").write_text(
+        "#!/usr/bin/env bash\nset -o pipefail\n"
+        'case "$*" in\n'
+        f'  "tenants keys list "*) "{real / "flask"}" "$@" | while IFS= read -r line; do\n'
+        "      sleep 0.2; printf '%s\\n' \"$line\"\n    done ;;\n"
+        f'  *) exec "{real / "flask"}" "$@" ;;\n'
+        "esac\n")
+    for program in bin_dir.iterdir():
+        program.chmod(0o755)
+    return str(bin_dir.parent)
 
 
 def _run_demo(environment):
