@@ -3,6 +3,7 @@ verifies across gunicorn workers, and delivery workers killed, stopped or racing
 Runs on the suite's database, SQLite or PostgreSQL (TEST_DATABASE_URL)."""
 import signal
 import threading
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
@@ -42,9 +43,9 @@ def environment(base_settings):
 def workers(tmp_path, environment, leak_watch):
     started = []
 
-    def start():
+    def start(**settings):
         worker = DeliveryWorker(tmp_path / f"worker-{len(started)}.log",
-                                {**environment, **WORKER_SETTINGS})
+                                {**environment, **WORKER_SETTINGS, **settings})
         started.append(worker)
         return worker.start()
 
@@ -61,6 +62,13 @@ def _endpoint(client, tenant, url, leak_watch):
     assert created.status_code == 201, created.get_json()
     leak_watch.add(created.get_json()["secret"])
     return created.get_json()["id"]
+
+
+def _wait_until(condition, timeout=30):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "not within 30 s"
+        time.sleep(0.05)
 
 
 def _attempts(app, tenant):
@@ -116,8 +124,12 @@ def test_a_worker_waits_out_a_database_that_drops_its_connections(
     with Receiver() as receiver:
         webhook_id = _endpoint(client, tenant, receiver.url, leak_watch)
         worker = workers()
-        client.post(f"/v1/tenant/webhooks/{webhook_id}/test", headers=tenant.headers)
+        first = client.post(f"/v1/tenant/webhooks/{webhook_id}/test",
+                            headers=tenant.headers).get_json()["event_id"]
         assert len(receiver.wait_for(1, timeout=30)) == 1
+        # Once the attempt is recorded: cut before that, it would be made again when its lease
+        # ran out (at least once), ahead of the event below.
+        _wait_until(lambda: _attempts(app, tenant) == [(first, 1, True)])
         with app.app_context():
             ended = db.session.execute(text(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
@@ -146,6 +158,54 @@ def test_two_workers_on_one_outbox_make_each_attempt_once(app, client, tenant, w
             assert worker.stop() == 0
     received = [request["headers"]["webhook-id"] for request in receiver.requests]
     assert sorted(received) == sorted(event_ids)  # each once, none lost
+    assert sorted(_attempts(app, tenant)) == sorted((event_id, 1, True) for event_id in event_ids)
+
+
+# An attempt may take this long, far longer than the waits below: an attempt still in flight is
+# one its receiver holds, not one the worker gave up on.
+PATIENT = {"WEBHOOK_TIMEOUT": "60", "WEBHOOK_LEASE_SECONDS": "90"}
+
+
+def test_an_endpoint_slow_to_answer_holds_up_no_other_tenants_events(
+        app, client, tenant, make_tenant, workers, leak_watch):
+    other = make_tenant("starter")
+    with Receiver() as slow, Receiver() as prompt:
+        slow_id = _endpoint(client, tenant, slow.url, leak_watch)
+        prompt_id = _endpoint(client, other, prompt.url, leak_watch)
+        release = slow.hold = threading.Event()
+        client.post(f"/v1/tenant/webhooks/{slow_id}/test", headers=tenant.headers)
+        worker = workers(**PATIENT)
+        try:
+            assert len(slow.wait_for(1)) == 1  # the worker is in that attempt, held
+            event_id = client.post(f"/v1/tenant/webhooks/{prompt_id}/test",
+                                   headers=other.headers).get_json()["event_id"]
+            arrived = prompt.wait_for(1, timeout=20)
+        finally:
+            release.set()
+        assert worker.stop() == 0
+    assert [request["headers"]["webhook-id"] for request in arrived] == [event_id]
+
+
+def test_an_endpoint_has_one_attempt_in_flight_at_a_time(app, client, tenant, workers,
+                                                         leak_watch):
+    """So that one endpoint, however slow, holds one of a worker's threads, not all of them."""
+    with Receiver() as receiver:
+        webhook_id = _endpoint(client, tenant, receiver.url, leak_watch)
+        release = receiver.hold = threading.Event()
+        event_ids = [client.post(f"/v1/tenant/webhooks/{webhook_id}/test",
+                                 headers=tenant.headers).get_json()["event_id"]
+                     for _ in range(3)]
+        worker = workers(**PATIENT)
+        try:
+            assert len(receiver.wait_for(1)) == 1
+            # The worker's other threads are free and the two other attempts due: neither is
+            # made while the first is in flight. Then they are made in the events' order.
+            assert len(receiver.wait_for(2, timeout=2)) == 1
+        finally:
+            release.set()
+        requests_ = receiver.wait_for(3)
+        assert worker.stop() == 0
+    assert [request["headers"]["webhook-id"] for request in requests_] == event_ids
     assert sorted(_attempts(app, tenant)) == sorted((event_id, 1, True) for event_id in event_ids)
 
 

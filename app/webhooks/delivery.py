@@ -8,16 +8,25 @@ call outside any transaction, then records the outcome only if it still holds th
 worker killed mid-attempt records nothing: when its lease runs out (WEBHOOK_LEASE_SECONDS,
 longer than an attempt may last) another worker makes the attempt again. Delivery is at least
 once; receivers deduplicate by webhook-id, which is the same on every attempt.
+
+One tenant's endpoint that is slow to answer must not hold up the others' events: a worker
+makes WEBHOOK_CONCURRENCY attempts at once, each on a thread of its own, and an endpoint has at
+most one attempt in flight across all workers (a claim passes over the attempts of an endpoint
+that holds a live lease). So an endpoint holds at most one thread at a time, and a tenant (at
+most five endpoints) at most five.
 """
 import http.client
 import logging
 import random
 import secrets
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from flask import current_app
-from sqlalchemy import and_, literal, not_, exists, or_, select, update
+from sqlalchemy import and_, exists, literal, not_, or_, select, update
 from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.orm import aliased
 
 from app import crypto
 from app.clock import now_seconds
@@ -47,7 +56,7 @@ def dispatch(now):
     with unit_of_work():
         pending = db.session.execute(
             select(WebhookEvent).where(WebhookEvent.dispatched_at.is_(None))
-            .order_by(WebhookEvent.created_at).limit(DISPATCH_BATCH)
+            .order_by(WebhookEvent.created_at, WebhookEvent.id).limit(DISPATCH_BATCH)
             .with_for_update(skip_locked=True)).scalars().all()
         endpoints = {}
         for event in pending:
@@ -76,17 +85,20 @@ def dispatch(now):
 
 
 def claim(now, lease_seconds):
-    """Lease one due attempt; return (attempt, endpoint, event, lease token) or None."""
+    """Lease one due attempt of an endpoint with none in flight; return (attempt, endpoint,
+    event, lease token) or None."""
     token = secrets.token_hex(8)
     with unit_of_work():
         attempt = db.session.execute(
             select(WebhookDelivery)
             .where(WebhookDelivery.at.is_(None), WebhookDelivery.scheduled_at <= now,
                    or_(WebhookDelivery.leased_until.is_(None),
-                       WebhookDelivery.leased_until < now))
-            .order_by(WebhookDelivery.scheduled_at).limit(1)
+                       WebhookDelivery.leased_until < now),
+                   not_(_in_flight(WebhookDelivery.tenant_id, WebhookDelivery.endpoint_id, now)))
+            # Ids sort by creation: an endpoint's attempts due together go in the events' order.
+            .order_by(WebhookDelivery.scheduled_at, WebhookDelivery.id).limit(1)
             .with_for_update(skip_locked=True)).scalar_one_or_none()
-        if attempt is None:
+        if attempt is None or not _endpoint_free(attempt, now):
             return None
         attempt.leased_until, attempt.lease_token = now + lease_seconds, token
         # Read afresh: a running worker's session keeps the rows it loaded (expire_on_commit
@@ -95,7 +107,36 @@ def claim(now, lease_seconds):
                                   populate_existing=True)
         event = db.session.get(WebhookEvent, (attempt.tenant_id, attempt.event_id),
                                populate_existing=True)
+    # Made on another thread, with a session of its own: nothing of this one's goes with it.
+    for row in (attempt, endpoint, event):
+        if row is not None:
+            db.session.expunge(row)
     return attempt, endpoint, event, token
+
+
+def _in_flight(tenant_id, endpoint_id, now):
+    """Whether an attempt of the endpoint is leased now (being made)."""
+    leased = aliased(WebhookDelivery)
+    return exists().where(leased.tenant_id == tenant_id, leased.endpoint_id == endpoint_id,
+                          leased.at.is_(None), leased.leased_until >= now)
+
+
+def _endpoint_free(attempt, now):
+    """Whether the claim may lease `attempt`: its endpoint's row locked by this claim, and no
+    attempt of the endpoint leased meanwhile. The claim's first statement passed over leased
+    ones as its snapshot saw them; two claims of one endpoint's attempts made at once would
+    each see the other's lease too late. The lock (NO KEY UPDATE: dispatch and record take KEY
+    SHARE and go on) is held to the claim's commit, and it is skipped rather than waited for (a
+    delete of the endpoint locks it before its attempts, a claim after: waiting could
+    deadlock); the second statement, run once the lock is held, sees any claim that held it
+    before. On SQLite BEGIN IMMEDIATE has serialised the claims already."""
+    locked = db.session.execute(
+        select(WebhookEndpoint.id)
+        .where(WebhookEndpoint.tenant_id == attempt.tenant_id,
+               WebhookEndpoint.id == attempt.endpoint_id)
+        .with_for_update(key_share=True, skip_locked=True)).first()
+    return locked is not None and not db.session.execute(
+        select(_in_flight(attempt.tenant_id, attempt.endpoint_id, now))).scalar()
 
 
 def attempt_once(attempt, endpoint, event, config):
@@ -211,36 +252,70 @@ def deliver_due(config, now=None):
 
 
 def run(stopping):
-    """The worker's loop, until `stopping` (a threading.Event) is set: an attempt in flight is
-    finished first, so SIGTERM never cuts one short.
+    """The worker's loop, until `stopping` (a threading.Event) is set: it claims due attempts
+    while fewer than WEBHOOK_CONCURRENCY are in flight and makes each on a thread of the pool;
+    on `stopping` it claims no more and waits for the attempts in flight, so SIGTERM never
+    cuts one short.
 
     A database that fails (a restart, a failover, an outage) is waited out, as the service's
     own workers wait it out: the worker says so, pauses, and goes on with a new connection.
     Exiting would leave the outbox undelivered wherever nothing restarts the worker (the
     compose stack, deploy/run-local.sh). Each step is its own transaction, so a step cut short
     wrote nothing; an attempt made but not recorded is made again when its lease runs out."""
-    config = current_app.config
+    app = current_app._get_current_object()  # pylint: disable=protected-access
+    config = app.config
+    free = threading.BoundedSemaphore(config["WEBHOOK_CONCURRENCY"])
     next_sweep = 0.0
     pause = DATABASE_RETRY_FIRST
     log.info("webhook worker started")
-    while not stopping.is_set():
-        try:
-            if time.monotonic() >= next_sweep:
-                raise_expiring_keys(now_seconds())
-                next_sweep = time.monotonic() + config["WEBHOOK_SWEEP_SECONDS"]
-            busy = dispatch(now_seconds())
-            claimed = None if stopping.is_set() else claim(now_seconds(),
-                                                           config["WEBHOOK_LEASE_SECONDS"])
-            if claimed is not None:
-                attempt, endpoint, event, token = claimed
-                record(attempt, token, attempt_once(attempt, endpoint, event, config), config,
-                       now_seconds())
-            elif not busy:
-                stopping.wait(config["WEBHOOK_POLL_SECONDS"])
-            pause = DATABASE_RETRY_FIRST
-        except (OperationalError, InterfaceError) as exc:
-            log.error("webhook worker: database unavailable, trying again in %s s", pause,
-                      extra=database_failure(exc))
-            stopping.wait(pause)
-            pause = min(pause * 2, DATABASE_RETRY_MAX)
+    with ThreadPoolExecutor(config["WEBHOOK_CONCURRENCY"], "webhook-attempt",
+                            initializer=_enter, initargs=(app,)) as pool:
+        while not stopping.is_set():
+            if not free.acquire(timeout=config["WEBHOOK_POLL_SECONDS"]):
+                continue  # every slot busy: look at `stopping` again
+            handed_over = False
+            try:
+                if time.monotonic() >= next_sweep:
+                    raise_expiring_keys(now_seconds())
+                    next_sweep = time.monotonic() + config["WEBHOOK_SWEEP_SECONDS"]
+                busy = dispatch(now_seconds())
+                claimed = None if stopping.is_set() else claim(now_seconds(),
+                                                               config["WEBHOOK_LEASE_SECONDS"])
+                if claimed is not None:
+                    pool.submit(_make, claimed, config, free)
+                    handed_over = True
+                elif not busy:
+                    stopping.wait(config["WEBHOOK_POLL_SECONDS"])
+                pause = DATABASE_RETRY_FIRST
+            except (OperationalError, InterfaceError) as exc:
+                log.error("webhook worker: database unavailable, trying again in %s s", pause,
+                          extra=database_failure(exc))
+                stopping.wait(pause)
+                pause = min(pause * 2, DATABASE_RETRY_MAX)
+            finally:
+                if not handed_over:
+                    free.release()
     log.info("webhook worker stopped")
+
+
+def _enter(app):
+    """A pool thread's app context, for its life: a database session of its own."""
+    app.app_context().push()
+
+
+def _make(claimed, config, free):
+    """Make a claimed attempt and record it, on a pool thread; its slot is free again after.
+    Nothing it raises may end the thread unseen: the attempt, unrecorded, is made again once
+    its lease runs out."""
+    attempt, endpoint, event, token = claimed
+    try:
+        record(attempt, token, attempt_once(attempt, endpoint, event, config), config,
+               now_seconds())
+    except (OperationalError, InterfaceError) as exc:
+        log.error("webhook worker: database unavailable; the attempt is made again when its "
+                  "lease runs out", extra=database_failure(exc))
+    except Exception:  # noqa: BLE001 - logged, and the attempt is made again
+        log.exception("webhook attempt failed unrecorded; it is made again when its lease "
+                      "runs out")
+    finally:
+        free.release()
