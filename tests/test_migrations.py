@@ -417,6 +417,30 @@ def test_intents_pages_are_filled_to_65_and_the_downgrade_restores_80(base_setti
     app.extensions["database"].engine.dispose()
 
 
+BEFORE_NOT_MADE_INDEX = "b5d7f9a1c348"
+
+
+def test_the_attempts_not_yet_made_get_an_index_and_the_downgrade_drops_it(base_settings,
+                                                                         empty_database_url):
+    app = create_app({**base_settings, "SQLALCHEMY_DATABASE_URI": empty_database_url})
+
+    def indexes():
+        found = {index["name"] for index in inspect(db.engine).get_indexes("webhook_deliveries")}
+        db.session.remove()
+        return found
+
+    with app.app_context():
+        upgrade(revision=BEFORE_NOT_MADE_INDEX)
+        assert "ix_webhook_deliveries_not_made" not in indexes()
+        upgrade()
+        assert "ix_webhook_deliveries_not_made" in indexes()
+        downgrade(revision=BEFORE_NOT_MADE_INDEX)
+        assert "ix_webhook_deliveries_not_made" not in indexes()
+        db.session.remove()
+        db.engine.dispose()
+    app.extensions["database"].engine.dispose()
+
+
 BEFORE_MONTHS_FROM_DAYS = "0c2e4f6a8b13"
 
 

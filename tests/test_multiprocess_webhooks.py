@@ -188,23 +188,25 @@ def test_an_endpoint_slow_to_answer_holds_up_no_other_tenants_events(
 
 def test_an_endpoint_has_one_attempt_in_flight_at_a_time(app, client, tenant, workers,
                                                          leak_watch):
-    """So that one endpoint, however slow, holds one of a worker's threads, not all of them."""
+    """Across workers, so that one endpoint, however slow, holds one of their threads, not
+    all of them."""
     with Receiver() as receiver:
         webhook_id = _endpoint(client, tenant, receiver.url, leak_watch)
         release = receiver.hold = threading.Event()
         event_ids = [client.post(f"/v1/tenant/webhooks/{webhook_id}/test",
                                  headers=tenant.headers).get_json()["event_id"]
                      for _ in range(3)]
-        worker = workers(**PATIENT)
+        racing = [workers(**PATIENT), workers(**PATIENT)]
         try:
             assert len(receiver.wait_for(1)) == 1
-            # The worker's other threads are free and the two other attempts due: neither is
+            # The workers' other threads are free and the two other attempts due: neither is
             # made while the first is in flight. Then they are made in the events' order.
             assert len(receiver.wait_for(2, timeout=2)) == 1
         finally:
             release.set()
         requests_ = receiver.wait_for(3)
-        assert worker.stop() == 0
+        for worker in racing:
+            assert worker.stop() == 0
     assert [request["headers"]["webhook-id"] for request in requests_] == event_ids
     assert sorted(_attempts(app, tenant)) == sorted((event_id, 1, True) for event_id in event_ids)
 

@@ -120,6 +120,56 @@ def test_a_failed_attempt_is_retried_with_the_same_id_and_both_are_listed(app, c
     assert newest["event_id"] == oldest["event_id"] and newest["type"] == "webhook.test"
 
 
+def test_an_attempt_the_worker_fails_to_make_is_recorded_failed_and_the_next_event_goes(
+        app, client, tenant, leak_watch):
+    """An event row the worker cannot read (damaged in the database): its attempts are
+    recorded as failed on their schedule, not made again at every lease's end ahead of the
+    endpoint's other events."""
+    with Receiver() as receiver:
+        created = _create(client, tenant, receiver.url, leak_watch, events=["usage.threshold"])
+        damaged = client.post(f"/v1/tenant/webhooks/{created['id']}/test",
+                              headers=tenant.headers).get_json()["event_id"]
+        with app.app_context(), unit_of_work():
+            db.session.execute(update(WebhookEvent).where(WebhookEvent.id == damaged)
+                               .values(data="{not json"))
+        sound = client.post(f"/v1/tenant/webhooks/{created['id']}/test",
+                            headers=tenant.headers).get_json()["event_id"]
+        _deliver(app)
+        (arrived,) = receiver.wait_for(1)
+    assert arrived["headers"]["webhook-id"] == sound
+    attempts = sorted((entry["attempt"], entry["error"], entry["state"])
+                      for entry in _deliveries(client, tenant, created["id"])
+                      if entry["event_id"] == damaged)
+    assert attempts == [(1, delivery.FAILED_TO_ATTEMPT, "retried"),
+                        (2, delivery.FAILED_TO_ATTEMPT, "retried"),
+                        (3, delivery.FAILED_TO_ATTEMPT, "failed")]
+
+
+def test_a_claim_passes_over_an_endpoint_another_transaction_holds(app, client, tenant,
+                                                                    leak_watch):
+    """An endpoint's row held (a secret rotating, a delete, another worker's claim): its
+    attempt waits, and the claim takes the next endpoint's rather than none."""
+    if not TEST_DATABASE_URL:
+        pytest.skip("PostgreSQL's row locks hold the endpoint")
+    with Receiver() as held, Receiver() as free:
+        held_id = _create(client, tenant, held.url, leak_watch, events=["usage.threshold"])["id"]
+        free_id = _create(client, tenant, free.url, leak_watch, events=["usage.threshold"])["id"]
+        for webhook_id in (held_id, free_id):  # the held endpoint's attempt is due first
+            client.post(f"/v1/tenant/webhooks/{webhook_id}/test", headers=tenant.headers)
+        with app.app_context():
+            delivery.dispatch(now_seconds())
+        holding = postgresql_connection()
+        try:
+            holding.cursor().execute(
+                "SELECT 1 FROM webhook_endpoints WHERE id = %s FOR NO KEY UPDATE", (held_id,))
+            with app.app_context():
+                claimed = delivery.claim(now_seconds(), 60)
+        finally:
+            holding.rollback()
+            holding.close()
+    assert claimed is not None and claimed[0].endpoint_id == free_id
+
+
 def test_after_the_last_retry_the_event_is_given_up_and_shown_failed(app, client, tenant,
                                                                      leak_watch):
     with Receiver(statuses=[503]) as receiver:

@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from flask import current_app
 from sqlalchemy import and_, exists, literal, not_, or_, select, update
 from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import aliased
 
 from app import crypto
@@ -48,6 +49,13 @@ DISPATCH_BATCH = 100
 UNSEALABLE = "the delivery worker cannot unseal the endpoint's secret"
 # Seconds between tries while the database does not answer: doubled each time, up to the most.
 DATABASE_RETRY_FIRST, DATABASE_RETRY_MAX = 1, 30
+# The database not answering, or no connection free in the pool in time (SQLite's 15 against
+# a WEBHOOK_CONCURRENCY above 13; every connection waiting on a lock): waited out alike.
+DATABASE_FAILURES = (OperationalError, InterfaceError, PoolTimeout)
+FAILED_TO_ATTEMPT = "the delivery worker failed to make the attempt"
+# Due attempts a claim considers when their endpoints are busy (locked by another claim, a
+# secret rotation or a delete) before it waits a poll interval.
+CLAIM_CANDIDATES = 5
 
 
 def dispatch(now):
@@ -89,16 +97,28 @@ def claim(now, lease_seconds):
     event, lease token) or None."""
     token = secrets.token_hex(8)
     with unit_of_work():
-        attempt = db.session.execute(
-            select(WebhookDelivery)
-            .where(WebhookDelivery.at.is_(None), WebhookDelivery.scheduled_at <= now,
-                   or_(WebhookDelivery.leased_until.is_(None),
-                       WebhookDelivery.leased_until < now),
-                   not_(_in_flight(WebhookDelivery.tenant_id, WebhookDelivery.endpoint_id, now)))
-            # Ids sort by creation: an endpoint's attempts due together go in the events' order.
-            .order_by(WebhookDelivery.scheduled_at, WebhookDelivery.id).limit(1)
-            .with_for_update(skip_locked=True)).scalar_one_or_none()
-        if attempt is None or not _endpoint_free(attempt, now):
+        busy = []  # endpoints found busy by this claim: the next candidate is another's
+        for _ in range(CLAIM_CANDIDATES):
+            attempt = db.session.execute(
+                select(WebhookDelivery)
+                .where(WebhookDelivery.at.is_(None), WebhookDelivery.scheduled_at <= now,
+                       or_(WebhookDelivery.leased_until.is_(None),
+                           WebhookDelivery.leased_until < now),
+                       not_(_in_flight(WebhookDelivery.tenant_id, WebhookDelivery.endpoint_id,
+                                       now)),
+                       *(not_(and_(WebhookDelivery.tenant_id == tenant_id,
+                                   WebhookDelivery.endpoint_id == endpoint_id))
+                         for tenant_id, endpoint_id in busy))
+                # Ids sort by creation: an endpoint's attempts due together go in the events'
+                # order.
+                .order_by(WebhookDelivery.scheduled_at, WebhookDelivery.id).limit(1)
+                .with_for_update(skip_locked=True)).scalar_one_or_none()
+            if attempt is None:
+                return None
+            if _endpoint_free(attempt, now):
+                break
+            busy.append((attempt.tenant_id, attempt.endpoint_id))
+        else:
             return None
         attempt.leased_until, attempt.lease_token = now + lease_seconds, token
         # Read afresh: a running worker's session keeps the rows it loaded (expire_on_commit
@@ -236,6 +256,20 @@ def raise_expiring_keys(now):
     return raised
 
 
+def make(claimed, config):
+    """Make a claimed attempt and record its outcome."""
+    attempt, endpoint, event, token = claimed
+    try:
+        outcome = attempt_once(attempt, endpoint, event, config)
+    except Exception:  # noqa: BLE001 - a defect or a damaged row: a failed attempt, retried
+        # Recorded, so that the retries' schedule goes on: unrecorded, the attempt would be
+        # made again at each lease's end, ahead of its endpoint's other events, for ever.
+        log.exception("webhook attempt failed", extra={"webhook_id": attempt.endpoint_id,
+                                                       "event_id": attempt.event_id})
+        outcome = None, FAILED_TO_ATTEMPT, False
+    record(attempt, token, outcome, config, now_seconds())
+
+
 def deliver_due(config, now=None):
     """One pass: dispatch new events, make every attempt due now; return how many were made."""
     made = 0
@@ -245,9 +279,7 @@ def deliver_due(config, now=None):
         claimed = claim(now_seconds() if now is None else now, config["WEBHOOK_LEASE_SECONDS"])
         if claimed is None:
             return made
-        attempt, endpoint, event, token = claimed
-        outcome = attempt_once(attempt, endpoint, event, config)
-        record(attempt, token, outcome, config, now_seconds())
+        make(claimed, config)
         made += 1
 
 
@@ -282,12 +314,12 @@ def run(stopping):
                 claimed = None if stopping.is_set() else claim(now_seconds(),
                                                                config["WEBHOOK_LEASE_SECONDS"])
                 if claimed is not None:
-                    pool.submit(_make, claimed, config, free)
+                    pool.submit(_make_in_pool, claimed, config, free)
                     handed_over = True
                 elif not busy:
                     stopping.wait(config["WEBHOOK_POLL_SECONDS"])
                 pause = DATABASE_RETRY_FIRST
-            except (OperationalError, InterfaceError) as exc:
+            except DATABASE_FAILURES as exc:
                 log.error("webhook worker: database unavailable, trying again in %s s", pause,
                           extra=database_failure(exc))
                 stopping.wait(pause)
@@ -303,19 +335,16 @@ def _enter(app):
     app.app_context().push()
 
 
-def _make(claimed, config, free):
+def _make_in_pool(claimed, config, free):
     """Make a claimed attempt and record it, on a pool thread; its slot is free again after.
     Nothing it raises may end the thread unseen: the attempt, unrecorded, is made again once
     its lease runs out."""
-    attempt, endpoint, event, token = claimed
     try:
-        record(attempt, token, attempt_once(attempt, endpoint, event, config), config,
-               now_seconds())
-    except (OperationalError, InterfaceError) as exc:
+        make(claimed, config)
+    except DATABASE_FAILURES as exc:
         log.error("webhook worker: database unavailable; the attempt is made again when its "
                   "lease runs out", extra=database_failure(exc))
-    except Exception:  # noqa: BLE001 - logged, and the attempt is made again
-        log.exception("webhook attempt failed unrecorded; it is made again when its lease "
-                      "runs out")
+    except Exception:  # noqa: BLE001 - the thread goes on; the attempt is made again
+        log.exception("webhook attempt not recorded; it is made again when its lease runs out")
     finally:
         free.release()
