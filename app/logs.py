@@ -134,9 +134,16 @@ class JsonAccessAtoms(dict):
 
 
 class GunicornLogger(Logger):
-    """gunicorn's logger (deploy/gunicorn.conf.py's logger_class), its access line escaped."""
+    """gunicorn's logger (deploy/gunicorn.conf.py's logger_class): its own lines (starting,
+    workers booted and stopped, requests it refused) in the app's form, one JSON object a line,
+    and its access line escaped."""
 
     atoms_wrapper_class = JsonAccessAtoms
+
+    def _set_handler(self, log, output, fmt, stream=None):
+        if log is self.error_log:
+            fmt = JsonLineFormatter()
+        super()._set_handler(log, output, fmt, stream)
 
 
 @contextmanager

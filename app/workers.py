@@ -84,10 +84,12 @@ class JsonErrors:
             # Where it failed, but not the exception's text, which may quote the request.
             self.log.error("request failed in the server: %s (status %d, request_id %s)\n%s",
                            type(exc).__name__, status, request_id,
-                           "".join(traceback.format_tb(exc.__traceback__)))
+                           "".join(traceback.format_tb(exc.__traceback__)),
+                           extra={"request_id": request_id, "status": status})
         else:
             self.log.warning("request refused by the server: %s (status %d, request_id %s)",
-                             type(exc).__name__, status, request_id)
+                             type(exc).__name__, status, request_id,
+                             extra={"request_id": request_id, "status": status})
         try:
             util.write_nonblock(client, error_answer(status, reason, error, request_id))
         except Exception:  # noqa: BLE001 - the client may be gone; gunicorn ignores this too

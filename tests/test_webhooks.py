@@ -336,6 +336,7 @@ def test_a_secret_the_worker_cannot_unseal_fails_that_attempt_and_the_others_go_
     ("https://token@93.184.215.14/hooks", ssrf.CREDENTIALS),
     ("https:///hooks", "url must be an absolute URL with a host"),
     ("ftp://93.184.215.14/hooks", "url must be an https:// URL"),
+    ("https://93.184.215.14:0/hooks", "url's port must be between 1 and 65535"),
 ])
 def test_private_addresses_and_plain_http_are_refused_without_the_setting(
         app, client, tenant, url, error):

@@ -25,6 +25,8 @@ HTTPS_ONLY = "url must be an https:// URL"
 NOT_PUBLIC = "url must point to a public address"
 UNRESOLVABLE = "url's host could not be resolved"
 MALFORMED = "url must be an absolute URL with a host"
+# Port 0 names no port a receiver can listen on (and would otherwise be taken for the default).
+PORT = "url's port must be between 1 and 65535"
 # A password in a URL is stored, listed and logged as the URL is: a receiver authenticates the
 # service by the signature instead.
 CREDENTIALS = "url must not contain credentials (user:password@): the signature authenticates"
@@ -55,6 +57,8 @@ def target(url, allow_private, deadline=None):
         port = parts.port
     except ValueError:
         raise Refused(MALFORMED) from None
+    if port == 0:
+        raise Refused(PORT)
     schemes = ("https", "http") if allow_private else ("https",)
     if parts.scheme not in schemes:
         raise Refused(HTTPS_ONLY)
@@ -62,7 +66,8 @@ def target(url, allow_private, deadline=None):
         raise Refused(MALFORMED)
     if parts.username is not None or parts.password is not None:
         raise Refused(CREDENTIALS)
-    port = port or (443 if parts.scheme == "https" else 80)
+    if port is None:
+        port = 443 if parts.scheme == "https" else 80
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     if UNSENDABLE.search(path):
         raise Refused(NOT_ENCODED)
