@@ -93,15 +93,8 @@ def _engine_options(config):
     # No pool_pre_ping: it costs a round trip on every request. After a database restart the
     # first use of a dead connection fails (503), SQLAlchemy then invalidates the whole pool,
     # and the next request reconnects.
-    return {"pool_size": 5, "max_overflow": _overflow(config), "pool_recycle": 3600,
+    return {"pool_size": 5, "max_overflow": 5, "pool_recycle": 3600,
             "connect_args": {"connect_timeout": 5}}
-
-
-def _overflow(config):
-    """Connections beyond the pool's 5: at least 5, and room for a webhook delivery worker's
-    attempts at once and its own loop besides (SQLite's pool holds 15). A pool opens
-    connections only as they are asked for: a process that needs fewer opens fewer."""
-    return max(5, config["WEBHOOK_CONCURRENCY"] + 2 - 5)
 
 
 def register_extensions(app):

@@ -171,9 +171,6 @@ def from_environment(instance_path):
         # Longer than an attempt may last: a dead worker's attempt is made again after it.
         "WEBHOOK_LEASE_SECONDS": _integer("WEBHOOK_LEASE_SECONDS", 60, minimum=1),
         "WEBHOOK_RETRY_DELAYS": _delays("WEBHOOK_RETRY_DELAYS", WEBHOOK_RETRY_DELAYS),
-        # Attempts one delivery worker makes at once, each on a thread of its own: an endpoint
-        # that is slow to answer holds one of them, never the others' (app.webhooks.delivery).
-        "WEBHOOK_CONCURRENCY": _integer("WEBHOOK_CONCURRENCY", 8, minimum=1, maximum=64),
         "WEBHOOK_POLL_SECONDS": _seconds("WEBHOOK_POLL_SECONDS", 1.0),
         "WEBHOOK_SWEEP_SECONDS": _seconds("WEBHOOK_SWEEP_SECONDS", 300.0),
         "WEBHOOK_CA_FILE": _text("WEBHOOK_CA_FILE"),

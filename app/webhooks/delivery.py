@@ -9,19 +9,15 @@ worker killed mid-attempt records nothing: when its lease runs out (WEBHOOK_LEAS
 longer than an attempt may last) another worker makes the attempt again. Delivery is at least
 once; receivers deduplicate by webhook-id, which is the same on every attempt.
 
-One tenant's endpoint that is slow to answer must not hold up the others' events: a worker
-makes WEBHOOK_CONCURRENCY attempts at once, each on a thread of its own, and an endpoint has at
-most one attempt in flight across all workers (a claim passes over the attempts of an endpoint
-that holds a live lease). So an endpoint holds at most one thread at a time, and a tenant (at
-most five endpoints) at most five.
+An endpoint has at most one attempt in flight across all workers (a claim passes over the
+attempts of an endpoint that holds a live lease): a receiver that is slow to answer holds one
+worker at a time, never all of them, and the other workers go on with the others' events.
 """
 import http.client
 import logging
 import random
 import secrets
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from flask import current_app
 from sqlalchemy import and_, exists, literal, not_, or_, select, update
@@ -49,8 +45,7 @@ DISPATCH_BATCH = 100
 UNSEALABLE = "the delivery worker cannot unseal the endpoint's secret"
 # Seconds between tries while the database does not answer: doubled each time, up to the most.
 DATABASE_RETRY_FIRST, DATABASE_RETRY_MAX = 1, 30
-# The database not answering, or no connection free in the pool in time (SQLite's 15 against
-# a WEBHOOK_CONCURRENCY above 13; every connection waiting on a lock): waited out alike.
+# The database not answering, or no connection free in the pool in time: waited out alike.
 DATABASE_FAILURES = (OperationalError, InterfaceError, PoolTimeout)
 FAILED_TO_ATTEMPT = "the delivery worker failed to make the attempt"
 # Due attempts a claim considers when their endpoints are busy (locked by another claim, a
@@ -127,10 +122,6 @@ def claim(now, lease_seconds):
                                   populate_existing=True)
         event = db.session.get(WebhookEvent, (attempt.tenant_id, attempt.event_id),
                                populate_existing=True)
-    # Made on another thread, with a session of its own: nothing of this one's goes with it.
-    for row in (attempt, endpoint, event):
-        if row is not None:
-            db.session.expunge(row)
     return attempt, endpoint, event, token
 
 
@@ -284,67 +275,34 @@ def deliver_due(config, now=None):
 
 
 def run(stopping):
-    """The worker's loop, until `stopping` (a threading.Event) is set: it claims due attempts
-    while fewer than WEBHOOK_CONCURRENCY are in flight and makes each on a thread of the pool;
-    on `stopping` it claims no more and waits for the attempts in flight, so SIGTERM never
-    cuts one short.
+    """The worker's loop, until `stopping` (a threading.Event) is set: an attempt in flight is
+    finished first, so SIGTERM never cuts one short.
 
     A database that fails (a restart, a failover, an outage) is waited out, as the service's
     own workers wait it out: the worker says so, pauses, and goes on with a new connection.
     Exiting would leave the outbox undelivered wherever nothing restarts the worker (the
     compose stack, deploy/run-local.sh). Each step is its own transaction, so a step cut short
     wrote nothing; an attempt made but not recorded is made again when its lease runs out."""
-    app = current_app._get_current_object()  # pylint: disable=protected-access
-    config = app.config
-    free = threading.BoundedSemaphore(config["WEBHOOK_CONCURRENCY"])
+    config = current_app.config
     next_sweep = 0.0
     pause = DATABASE_RETRY_FIRST
     log.info("webhook worker started")
-    with ThreadPoolExecutor(config["WEBHOOK_CONCURRENCY"], "webhook-attempt",
-                            initializer=_enter, initargs=(app,)) as pool:
-        while not stopping.is_set():
-            if not free.acquire(timeout=config["WEBHOOK_POLL_SECONDS"]):
-                continue  # every slot busy: look at `stopping` again
-            handed_over = False
-            try:
-                if time.monotonic() >= next_sweep:
-                    raise_expiring_keys(now_seconds())
-                    next_sweep = time.monotonic() + config["WEBHOOK_SWEEP_SECONDS"]
-                busy = dispatch(now_seconds())
-                claimed = None if stopping.is_set() else claim(now_seconds(),
-                                                               config["WEBHOOK_LEASE_SECONDS"])
-                if claimed is not None:
-                    pool.submit(_make_in_pool, claimed, config, free)
-                    handed_over = True
-                elif not busy:
-                    stopping.wait(config["WEBHOOK_POLL_SECONDS"])
-                pause = DATABASE_RETRY_FIRST
-            except DATABASE_FAILURES as exc:
-                log.error("webhook worker: database unavailable, trying again in %s s", pause,
-                          extra=database_failure(exc))
-                stopping.wait(pause)
-                pause = min(pause * 2, DATABASE_RETRY_MAX)
-            finally:
-                if not handed_over:
-                    free.release()
+    while not stopping.is_set():
+        try:
+            if time.monotonic() >= next_sweep:
+                raise_expiring_keys(now_seconds())
+                next_sweep = time.monotonic() + config["WEBHOOK_SWEEP_SECONDS"]
+            busy = dispatch(now_seconds())
+            claimed = None if stopping.is_set() else claim(now_seconds(),
+                                                           config["WEBHOOK_LEASE_SECONDS"])
+            if claimed is not None:
+                make(claimed, config)
+            elif not busy:
+                stopping.wait(config["WEBHOOK_POLL_SECONDS"])
+            pause = DATABASE_RETRY_FIRST
+        except DATABASE_FAILURES as exc:
+            log.error("webhook worker: database unavailable, trying again in %s s", pause,
+                      extra=database_failure(exc))
+            stopping.wait(pause)
+            pause = min(pause * 2, DATABASE_RETRY_MAX)
     log.info("webhook worker stopped")
-
-
-def _enter(app):
-    """A pool thread's app context, for its life: a database session of its own."""
-    app.app_context().push()
-
-
-def _make_in_pool(claimed, config, free):
-    """Make a claimed attempt and record it, on a pool thread; its slot is free again after.
-    Nothing it raises may end the thread unseen: the attempt, unrecorded, is made again once
-    its lease runs out."""
-    try:
-        make(claimed, config)
-    except DATABASE_FAILURES as exc:
-        log.error("webhook worker: database unavailable; the attempt is made again when its "
-                  "lease runs out", extra=database_failure(exc))
-    except Exception:  # noqa: BLE001 - the thread goes on; the attempt is made again
-        log.exception("webhook attempt not recorded; it is made again when its lease runs out")
-    finally:
-        free.release()
