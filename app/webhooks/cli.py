@@ -56,7 +56,11 @@ def deliver(once):
     stopping = threading.Event()
 
     def stop(_signal, _frame):
-        stopping.set()
+        # Not stopping.set() itself: the handler runs on the main thread between two bytecodes,
+        # possibly inside stopping.wait() while that holds the event's lock, and set() would
+        # wait for the lock for ever (seen: a worker that never stopped, its stack in set()
+        # under wait()). A thread sets it once the wait lets the lock go.
+        threading.Thread(target=stopping.set, daemon=True).start()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
