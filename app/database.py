@@ -11,9 +11,20 @@ Connections of the request path are in autocommit mode: a single statement is it
 transaction (one round trip, no BEGIN/COMMIT), and `transaction()` opens an explicit one where a
 unit of work has several statements. Nothing stays in a database session between transactions
 (no prepared statements, no SET), so PgBouncer in transaction mode is fine.
+
+Each thread keeps the connection it took from the pool from one request to the next (a sync
+worker serves one request at a time, a gthread worker one a thread), at most the pool's size
+of them: the pool's checkout and return cost a verify 94 K instructions of 2.2 M, a generate
+99 K of 2.0 M (bench/instructions.py, before and after). What the pool did at each checkout is
+done here: a connection is handed back to the pool, and taken
+again, once its `pool_recycle` time has passed (the pool recycles it then); one that was cut or
+found dead is dropped, and so are the others' kept connections once a dead one has emptied the
+pool (or the engine was disposed), so that each thread reconnects at once.
 """
 import logging
+import os
 import re
+import threading
 import time
 from collections import namedtuple
 from contextlib import contextmanager
@@ -28,6 +39,11 @@ from app.config import REQUEST_SECONDS
 from app.errors import Unavailable, database_failure
 
 log = logging.getLogger(__name__)
+
+# This process's id, kept current across forks (a gunicorn worker) without a system call on
+# every request: a connection kept in another process is that process's socket.
+_pid = [os.getpid()]
+os.register_at_fork(after_in_child=lambda: _pid.__setitem__(0, os.getpid()))
 
 UNAVAILABLE_TEXT = "service temporarily unavailable"
 # How long a request-path statement waits for a lock before it gives up (a 503 that leaves
@@ -81,6 +97,15 @@ class Database:
         # PostgreSQL's answers come over a socket that may stop answering; SQLite's do not.
         self.statement_seconds = statement_seconds if self.dialect_name == "postgresql" else None
         self._statements = {}
+        # Each thread's kept connection (see the module's docstring); `generation` counts the
+        # times a dead connection emptied the pool, which drops every thread's.
+        self._kept = threading.local()
+        self.generation = 0
+        self.recycle_seconds = options.get("pool_recycle", -1)
+        # At most the pool's size is kept, so that a gthread worker of more threads than that
+        # still has connections to check out and return (its other threads do so each request).
+        self._keeping, self._keep_at_most = 0, options.get("pool_size", 5)
+        self._lock = threading.Lock()
 
     def insert(self, table):
         """An INSERT of this dialect, with on_conflict_do_nothing() / on_conflict_do_update()."""
@@ -92,6 +117,68 @@ class Database:
         if compiled is None:
             compiled = self._statements[key] = Statement(build(), self.compile_dialect)
         return compiled
+
+    def connection(self):
+        """The connection of this thread's request: the one the thread kept, while it may still
+        be used, or a fresh one from the pool (kept if there is room, else borrowed until the
+        request ends). Raises what the pool raises when it cannot connect."""
+        kept = self._kept
+        connection = getattr(kept, "connection", None)
+        if connection is not None:
+            if kept.in_request:
+                return connection  # judged at the request's first statement, not within it
+            if (kept.pid == _pid[0] and kept.pool is self.engine.pool
+                    and kept.generation == self.generation and connection.is_valid
+                    and time.monotonic() < kept.until):
+                kept.in_request = True
+                return connection
+            if kept.pid != _pid[0]:
+                pass  # inherited across a fork, the parent's socket: let it be, never close it
+            elif kept.pool is self.engine.pool and kept.generation == self.generation:
+                connection.close()  # back to the pool, which recycles it if it is that old
+            else:
+                connection.invalidate()  # its pool was emptied or disposed: closed, not pooled
+            self._let_go()
+        connection = self.engine.raw_connection()
+        with self._lock:
+            keeping = self._keeping < self._keep_at_most
+            self._keeping += keeping
+        kept.connection, kept.borrowed, kept.in_request = connection, not keeping, True
+        kept.pid, kept.pool, kept.generation = _pid[0], self.engine.pool, self.generation
+        kept.until = time.monotonic() + (
+            self.recycle_seconds if self.recycle_seconds >= 0 else float("inf"))
+        return connection
+
+    def holds(self, connection):
+        """Whether `connection` is still this thread's (not dropped as dead meanwhile)."""
+        return getattr(self._kept, "connection", None) is connection
+
+    def end_request(self, _exc=None):
+        """The request's end: its connection stays this thread's for the next request, or goes
+        back to the pool if borrowed; closed for good if it was cut at its deadline (dead)."""
+        kept = self._kept
+        connection = getattr(kept, "connection", None)
+        if connection is None:
+            return
+        kept.in_request = False
+        if connection.info.pop("cut", False):
+            self.drop(connection)
+        elif kept.borrowed:
+            kept.connection = None
+            connection.close()
+
+    def drop(self, connection):
+        """Close `connection` for good (cut at its deadline, or dead): not kept, not pooled."""
+        connection.invalidate()
+        if self.holds(connection):
+            self._let_go()
+
+    def _let_go(self):
+        kept = self._kept
+        if not kept.borrowed:
+            with self._lock:
+                self._keeping -= 1
+        kept.connection = None
 
 
 class Function:
@@ -186,31 +273,18 @@ def _sqlite_connect(dbapi_connection, _record):
 def init_app(app, engine_options):
     app.extensions["database"] = Database(app.config["SQLALCHEMY_DATABASE_URI"], engine_options,
                                           app.config["DATABASE_STATEMENT_SECONDS"])
-    app.teardown_request(_release)
+    app.teardown_request(app.extensions["database"].end_request)
 
 
 def current():
     return current_app.extensions["database"]
 
 
-def _connection():
-    connection = g.get("_database_connection")
-    if connection is None:
-        try:
-            connection = current().engine.raw_connection()
-        except Exception as exc:  # noqa: BLE001 - _unavailable re-raises what is not the database's
-            _unavailable(exc, None)
-        g._database_connection = connection
-    return connection
-
-
-def _release(_exc=None):
-    connection = g.pop("_database_connection", None)
-    if connection is not None:
-        if connection.info.pop("cut", False):
-            connection.invalidate()  # closed, not pooled
-        else:
-            connection.close()  # back to the pool
+def _connection(database):
+    try:
+        return database.connection()
+    except Exception as exc:  # noqa: BLE001 - _unavailable re-raises what is not the database's
+        _unavailable(exc, None)
 
 
 def _unavailable(exc, connection):
@@ -221,16 +295,17 @@ def _unavailable(exc, connection):
     if connection is not None and database.engine.dialect.is_disconnect(exc, connection, None):
         # A dead connection (database restarted): drop it and its pooled siblings, as
         # SQLAlchemy does on a disconnect, so the next request reconnects.
-        g.pop("_database_connection", None)
-        connection.invalidate()
+        database.drop(connection)
         database.engine.pool.dispose()
+        database.generation += 1  # the other threads' kept connections are as dead
     log.error("database unavailable", extra=database_failure(exc))
     raise Unavailable(UNAVAILABLE_TEXT, headers={"Retry-After": "1"}) from None
 
 
 def execute(key, build, params):
     """Run a statement of the request path; return its rows as named tuples."""
-    return _rows(current().statement(key, build), params)
+    database = current()
+    return _rows(database, database.statement(key, build), params)
 
 
 def call(function, params):
@@ -241,7 +316,7 @@ def call(function, params):
     statement = database._statements.get(function.name)
     if statement is None:
         statement = database._statements[function.name] = _CallStatement(function.call())
-    rows = _rows(statement, params)
+    rows = _rows(database, statement, params)
     return rows[0] if rows else None
 
 
@@ -252,12 +327,12 @@ class _CallStatement(Statement):
         self.sql, self.defaults, self._row = sql, {}, None
 
 
-def _rows(statement, params):
-    connection = _connection()
+def _rows(database, statement, params):
+    connection = _connection(database)
     values = {**statement.defaults, **params} if statement.defaults else params
     cursor = connection.cursor()
     try:
-        _execute(connection, cursor, statement.sql, values)
+        _execute(database, connection, cursor, statement.sql, values)
         description = cursor.description
         rows = cursor.fetchall() if description is not None else None
     except Exception as exc:  # noqa: BLE001 - _unavailable re-raises what is not the database's
@@ -282,34 +357,35 @@ def transaction(single_statement=False):
 
     `single_statement`: the caller's work is one statement where the dialect composes writes
     (PostgreSQL); that statement is then its own transaction, saving two round trips."""
-    if single_statement and current().composes_writes:
+    database = current()
+    if single_statement and database.composes_writes:
         yield
         return
-    connection = _connection()
-    _run(connection, current().begin_sql)
+    connection = _connection(database)
+    _run(database, connection, database.begin_sql)
     try:
         yield
     except BaseException:
-        if g.get("_database_connection") is connection:
-            _run(connection, "ROLLBACK")
+        if database.holds(connection):  # not dropped as dead meanwhile
+            _run(database, connection, "ROLLBACK")
         raise
-    _run(connection, "COMMIT")
+    _run(database, connection, "COMMIT")
 
 
-def _run(connection, sql):
+def _run(database, connection, sql):
     cursor = connection.cursor()
     try:
-        _execute(connection, cursor, sql)
+        _execute(database, connection, cursor, sql)
     except Exception as exc:  # noqa: BLE001 - _unavailable re-raises what is not the database's
         cursor.close()
         _unavailable(exc, connection)
     cursor.close()
 
 
-def _execute(connection, cursor, *statement):
+def _execute(database, connection, cursor, *statement):
     """cursor.execute(*statement), cut (a disconnect: the 503) when PostgreSQL has not answered
     within the statement's deadline."""
-    seconds = _statement_seconds()
+    seconds = _statement_seconds(database)
     if seconds is None:
         return cursor.execute(*statement)
     statement_deadline.start(connection, seconds)
@@ -317,16 +393,16 @@ def _execute(connection, cursor, *statement):
         return cursor.execute(*statement)
     finally:
         if statement_deadline.stop():
-            # Cut as its answer came: the connection is dead; _release drops it, so that no
-            # later request takes it from the pool (this engine resets nothing on return).
+            # Cut as its answer came: the connection is dead; end_request drops it, so that
+            # no later request uses it (this engine resets nothing on return).
             connection.info["cut"] = True
 
 
-def _statement_seconds():
+def _statement_seconds(database):
     """How long a statement of this request may wait for PostgreSQL's answer:
     DATABASE_STATEMENT_SECONDS, or what is left of the request's budget if that is sooner.
     None where nothing is watched (SQLite answers from a file, not a socket)."""
-    seconds = current().statement_seconds
+    seconds = database.statement_seconds
     started = g.get("request_started")  # app.http, on time.perf_counter's clock
     if seconds is not None and started is not None:
         seconds = min(seconds, max(started + REQUEST_SECONDS - time.perf_counter(), 0.0))
@@ -351,7 +427,7 @@ def watch_session_statements(engine):
     @event.listens_for(engine, "before_cursor_execute")
     def _watch(_connection, cursor, _statement, _parameters, _context, _executemany):
         if has_request_context():
-            statement_deadline.start(cursor.connection, _statement_seconds())
+            statement_deadline.start(cursor.connection, _statement_seconds(current()))
 
     @event.listens_for(engine, "after_cursor_execute")
     def _answered(connection, _cursor, statement, parameters, _context, _executemany):

@@ -3,7 +3,7 @@ to within a fraction of a percent where CPU time on a shared machine does not (o
 varied twofold within an hour). It counts the service's side only (PostgreSQL and Redis are
 other processes), against the database and Redis that bench/run configures (its environment):
     .venv/bin/python bench/instructions.py [--route generate|verify] [--requests 400]
-                                           [--without access-log,request-schema,pool]
+                                           [--without access-log,request-schema]
 Requests go to the WSGI app as gunicorn hands them over, access log line included (written to
 /dev/null): their environs are built before the count starts, so neither the test client nor
 the workload's set-up is counted. Each figure comes from two runs under callgrind, side by side
@@ -15,7 +15,8 @@ running it in each.
 (the figure falls by its cost). A measurement only: what is taken out is no longer checked.
   access-log      the access log line (app.logs.log_request's record, format and write)
   request-schema  the route's marshmallow load (the body is used as sent, defaults added)
-  pool            the request path's pool checkout and return (one connection kept instead)"""
+(The pool's checkout and return, 98 K instructions a verify, were taken out of the request path
+itself: each thread keeps its connection, app.database.)"""
 import argparse
 import json
 import logging
@@ -29,7 +30,7 @@ from werkzeug.test import EnvironBuilder
 from common import verify_workload
 
 WARM_UP = 50
-WITHOUT = ("access-log", "request-schema", "pool")
+WITHOUT = ("access-log", "request-schema")
 
 
 def child(route, requests, measure, without):
@@ -73,18 +74,6 @@ def _take_out(app, without):
             defaults = {name: field.load_default for name, field in
                         schema._declared_fields.items() if field.load_default is not missing}
             schema.load = lambda self, data, _defaults=defaults, **kwargs: {**_defaults, **data}
-    if "pool" in without:
-        from app import database
-
-        kept = []
-
-        def connection():
-            if not kept:
-                kept.append(database.current().engine.raw_connection())
-            return kept[0]
-
-        database._connection = connection
-        app.teardown_request_funcs[None].remove(database._release)
 
 
 def counted(route, requests, measure, without):
