@@ -16,10 +16,10 @@ Each thread keeps the connection it took from the pool from one request to the n
 worker serves one request at a time, a gthread worker one a thread), at most the pool's size
 of them: the pool's checkout and return cost a verify 94 K instructions of 2.2 M, a generate
 99 K of 2.0 M (bench/instructions.py, before and after). What the pool did at each checkout is
-done here: a connection is handed back to the pool, and taken
-again, once its `pool_recycle` time has passed (the pool recycles it then); one that was cut or
-found dead is dropped, and so are the others' kept connections once a dead one has emptied the
-pool (or the engine was disposed), so that each thread reconnects at once.
+done here: a connection is handed back to the pool, and taken again, once it has been kept for
+`pool_recycle` (the pool recycles it then: it is at least that old); one that was cut, found
+dead or left in a transaction is dropped, and so are the others' kept connections once a dead
+one has emptied the pool (or the engine was disposed), so that each thread reconnects at once.
 """
 import logging
 import os
@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 # every request: a connection kept in another process is that process's socket.
 _pid = [os.getpid()]
 os.register_at_fork(after_in_child=lambda: _pid.__setitem__(0, os.getpid()))
+_inherited = []  # connections a parent process kept: see Database.connection
 
 UNAVAILABLE_TEXT = "service temporarily unavailable"
 # How long a request-path statement waits for a lock before it gives up (a 503 that leaves
@@ -133,18 +134,25 @@ class Database:
                 kept.in_request = True
                 return connection
             if kept.pid != _pid[0]:
-                pass  # inherited across a fork, the parent's socket: let it be, never close it
+                # Inherited across a fork: the parent's session. Neither closed (that would end
+                # it) nor let go to the garbage collector, which would hand it to this
+                # process's pool: kept out of the pool, for good.
+                connection.detach()
+                _inherited.append(connection)
             elif kept.pool is self.engine.pool and kept.generation == self.generation:
                 connection.close()  # back to the pool, which recycles it if it is that old
             else:
                 connection.invalidate()  # its pool was emptied or disposed: closed, not pooled
             self._let_go()
+        # The generation before the checkout: a connection that died before a later bump must
+        # not pass for one taken after it.
+        generation = self.generation
         connection = self.engine.raw_connection()
         with self._lock:
             keeping = self._keeping < self._keep_at_most
             self._keeping += keeping
         kept.connection, kept.borrowed, kept.in_request = connection, not keeping, True
-        kept.pid, kept.pool, kept.generation = _pid[0], self.engine.pool, self.generation
+        kept.pid, kept.pool, kept.generation = _pid[0], self.engine.pool, generation
         kept.until = time.monotonic() + (
             self.recycle_seconds if self.recycle_seconds >= 0 else float("inf"))
         return connection
@@ -161,11 +169,14 @@ class Database:
         if connection is None:
             return
         kept.in_request = False
-        if connection.info.pop("cut", False):
+        if connection.info.pop("cut", False) or _left_in_transaction(connection):
             self.drop(connection)
         elif kept.borrowed:
             kept.connection = None
-            connection.close()
+            if kept.pool is self.engine.pool and kept.generation == self.generation:
+                connection.close()
+            else:
+                connection.invalidate()  # as dead as the one that emptied the pool
 
     def drop(self, connection):
         """Close `connection` for good (cut at its deadline, or dead): not kept, not pooled."""
@@ -179,6 +190,18 @@ class Database:
             with self._lock:
                 self._keeping -= 1
         kept.connection = None
+
+
+def _left_in_transaction(connection):
+    """Whether a transaction is still open on `connection` at the request's end (a failure
+    between BEGIN and its COMMIT or ROLLBACK, say a COMMIT that SQLite refused): the pool's
+    reset would have ended it, and a kept connection must not carry it, or its locks, into the
+    next request. psycopg2 asks libpq (no round trip); sqlite3 knows it."""
+    dbapi_connection = connection.dbapi_connection
+    status = getattr(dbapi_connection, "get_transaction_status", None)
+    if status is not None:
+        return status() != 0  # psycopg2.extensions.TRANSACTION_STATUS_IDLE
+    return dbapi_connection.in_transaction
 
 
 class Function:

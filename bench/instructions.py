@@ -15,7 +15,7 @@ running it in each.
 (the figure falls by its cost). A measurement only: what is taken out is no longer checked.
   access-log      the access log line (app.logs.log_request's record, format and write)
   request-schema  the route's marshmallow load (the body is used as sent, defaults added)
-(The pool's checkout and return, 98 K instructions a verify, were taken out of the request path
+(The pool's checkout and return, 94 K instructions a verify, were taken out of the request path
 itself: each thread keeps its connection, app.database.)"""
 import argparse
 import json

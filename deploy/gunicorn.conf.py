@@ -223,6 +223,7 @@ def post_fork(server, worker):
         flask_app = server.app.wsgi()
         with flask_app.app_context():
             db.engine.dispose(close=False)
+            flask_app.extensions["database"].engine.dispose(close=False)  # the request path's
 
 
 def child_exit(server, worker):

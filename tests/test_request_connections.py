@@ -4,6 +4,8 @@ import threading
 
 from sqlalchemy import event
 
+from app import database
+
 
 def _checkouts(app):
     """A list that grows by one at each checkout from the request path's pool."""
@@ -51,3 +53,16 @@ def test_threads_beyond_the_pool_size_check_their_connection_out_and_back(app, c
         done.set()
         for thread in running:
             thread.join()
+
+
+def test_a_connection_left_in_a_transaction_is_not_kept(app, client, make_tenant):
+    """A unit of work that never reached its COMMIT or ROLLBACK (a COMMIT SQLite refused, say)
+    must not hand its open transaction, and on SQLite the write lock, to the thread's next
+    request: the connection is dropped, as the pool's reset on return once ended it."""
+    kept = app.extensions["database"]
+    taken = _checkouts(app)
+    with app.test_request_context():
+        database._run(kept, kept.connection(), kept.begin_sql)  # BEGIN, and nothing after it
+    assert client.get("/health").status_code == 200
+    assert len(taken) == 2  # the next request took another connection
+    assert make_tenant("pro")  # a write on another connection is not held up by it
