@@ -163,7 +163,8 @@ class Database:
 
     def end_request(self, _exc=None):
         """The request's end: its connection stays this thread's for the next request, or goes
-        back to the pool if borrowed; closed for good if it was cut at its deadline (dead)."""
+        back to the pool if borrowed; closed for good if it was cut at its deadline (dead) or
+        left in a transaction."""
         kept = self._kept
         connection = getattr(kept, "connection", None)
         if connection is None:
@@ -179,7 +180,8 @@ class Database:
                 connection.invalidate()  # as dead as the one that emptied the pool
 
     def drop(self, connection):
-        """Close `connection` for good (cut at its deadline, or dead): not kept, not pooled."""
+        """Close `connection` for good (cut at its deadline, dead, or left in a transaction):
+        not kept, not pooled."""
         connection.invalidate()
         if self.holds(connection):
             self._let_go()
