@@ -128,8 +128,7 @@ class Database:
         if connection is not None:
             if kept.in_request:
                 return connection  # judged at the request's first statement, not within it
-            if (kept.pid == _pid[0] and kept.pool is self.engine.pool
-                    and kept.generation == self.generation and connection.is_valid
+            if (kept.pid == _pid[0] and self._pool_current(kept) and connection.is_valid
                     and time.monotonic() < kept.until):
                 kept.in_request = True
                 return connection
@@ -139,7 +138,7 @@ class Database:
                 # process's pool: kept out of the pool, for good.
                 connection.detach()
                 _inherited.append(connection)
-            elif kept.pool is self.engine.pool and kept.generation == self.generation:
+            elif self._pool_current(kept):
                 connection.close()  # back to the pool, which recycles it if it is that old
             else:
                 connection.invalidate()  # its pool was emptied or disposed: closed, not pooled
@@ -174,7 +173,7 @@ class Database:
             self.drop(connection)
         elif kept.borrowed:
             kept.connection = None
-            if kept.pool is self.engine.pool and kept.generation == self.generation:
+            if self._pool_current(kept):
                 connection.close()
             else:
                 connection.invalidate()  # as dead as the one that emptied the pool
@@ -185,6 +184,11 @@ class Database:
         connection.invalidate()
         if self.holds(connection):
             self._let_go()
+
+    def _pool_current(self, kept):
+        """Whether the pool `kept`'s connection came from still stands: no dead connection has
+        emptied it since, and the engine was not disposed."""
+        return kept.pool is self.engine.pool and kept.generation == self.generation
 
     def _let_go(self):
         kept = self._kept
