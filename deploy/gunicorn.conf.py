@@ -24,7 +24,7 @@ if os.environ.get("METRICS_ENABLED", "").strip().lower() in ("1", "true", "yes",
                           tempfile.mkdtemp(prefix="intentgate-metrics-"))
 
 from app import config as app_settings  # noqa: E402 (after PROMETHEUS_MULTIPROC_DIR)
-from app import crypto  # noqa: E402
+from app import crypto, master_files  # noqa: E402
 from app.context_store import taxonomy  # noqa: E402
 from app.keyring import checks as key_checks  # noqa: E402
 
@@ -38,7 +38,9 @@ def check_app_settings():
     with one line before any worker starts (a worker would log a traceback and be respawned)."""
     settings = app_settings.from_environment(str(ROOT / "instance"))
     app_settings.validate(settings)
-    taxonomy.load(settings["TAXONOMY_PATH"])
+    # Read here for the workers, which inherit it (app.master_files); a reload re-reads it.
+    path = settings["TAXONOMY_PATH"]
+    master_files.read("taxonomy", path, lambda: taxonomy.load(path))
     # And the database's key check: a ring that cannot unseal its secrets stops gunicorn here,
     # with one line, rather than every worker as it boots.
     crypto.use_local_key_if_unset(settings, str(ROOT / "instance"))
@@ -171,24 +173,30 @@ certfile = os.environ.get("TLS_CERTFILE") or None
 keyfile = os.environ.get("TLS_KEYFILE") or None
 
 
-def check_tls_files(certificate, key):
-    """Load the pair as gunicorn will: a missing or unreadable file, or a key that does not
-    match, stops gunicorn with one line, where gunicorn would start, log "Listening at:
-    https://" and fail every handshake (or print a traceback)."""
+def tls_context(certificate, key):
+    """The context gunicorn serves TLS with, as its own default builds it (TLS 1.3 only): a
+    missing or unreadable file, or a key that does not match, stops gunicorn with one line,
+    where gunicorn would start, log "Listening at: https://" and fail every handshake (or print
+    a traceback). Built here in the master, once, for the workers to inherit
+    (app.master_files): gunicorn would build it anew at every connection."""
     if certificate is None:
         if key is not None:
             raise app_settings.ConfigError("TLS_KEYFILE is set without TLS_CERTFILE")
-        return
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_3
     try:
-        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(certificate, key)
+        context.load_cert_chain(certificate, key)
     except (OSError, ssl.SSLError) as exc:
         raise app_settings.ConfigError(
             "TLS_CERTFILE and TLS_KEYFILE must name a readable PEM certificate and its private "
             f"key ({type(exc).__name__}: {exc.strerror or exc})") from None
+    return context
 
 
 with app_settings.exit_on_config_error():
-    check_tls_files(certfile, keyfile)
+    _tls_context = master_files.read("TLS pair", (certfile, keyfile),
+                                     lambda: tls_context(certfile, keyfile))
 
 
 # No server software or version in `Server` (CONTRACT.md, Wire format). gunicorn names itself
@@ -198,16 +206,16 @@ gunicorn.http.wsgi.SERVER = "intentgate"
 
 
 def ssl_context(conf, default_ssl_context_factory):
-    context = default_ssl_context_factory()
-    context.minimum_version = ssl.TLSVersion.TLSv1_3
-    return context
+    return _tls_context  # the master's (above), for every connection of every worker
 
 
 def on_starting(server):
-    # Started: from now on a reload (SIGHUP re-runs this file in the running master) that finds
-    # the ring lacking a key another process seals with logs it, as a recycled worker does,
-    # instead of exiting (gunicorn would stop, and its workers with it).
+    # Started: from now on a reload (SIGHUP re-runs this file in the running master) logs what
+    # it finds wrong instead of exiting (gunicorn would stop, and its workers with it): a ring
+    # lacking a key another process seals with, as a recycled worker does; a TLS pair or a
+    # taxonomy it cannot read, keeping the one read before (app.master_files).
     key_checks.checked_by_master()
+    master_files.master_running()
     directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     if directory:
         shutil.rmtree(directory, ignore_errors=True)

@@ -60,6 +60,95 @@ def test_gunicorn_serves_tls_1_3_only(embedded_gunicorn, certificates):
                         TLS_CERTFILE=paths["cert"]).returncode == 0
 
 
+def _served_certificate(port, ca):
+    """The certificate (DER) a handshake with the server on `port` is answered with."""
+    context = ssl.create_default_context()
+    ca.configure_trust(context)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+        with context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+            return tls.getpeercert(binary_form=True)
+
+
+def _reload(server):
+    """SIGHUP, then wait until the master has booted a worker more (30 s at most)."""
+    booted = server.log_path.read_text().count("Booting worker")
+    server.process.send_signal(signal.SIGHUP)
+    for _ in range(300):
+        if server.log_path.read_text().count("Booting worker") > booted:
+            break
+        assert server.process.poll() is None, server.log_path.read_text()[-2000:]
+        time.sleep(0.1)
+    assert server.process.poll() is None, server.log_path.read_text()[-2000:]
+
+
+def _reload_errors(server):
+    return [record["message"] for record in server.log_records()
+            if record.get("level") == "ERROR" and record["message"].startswith("reload: ")]
+
+
+def test_a_reload_serves_a_renewed_tls_pair_and_keeps_the_one_in_use_when_it_is_broken(
+        embedded_gunicorn, certificates):
+    """The pair is read by the master, at its start and at each reload (gunicorn would read it
+    at every connection): one half rewritten breaks no handshake, and a reload that cannot read
+    it is logged and goes on with the pair in use, where gunicorn would exit."""
+    start, _ = embedded_gunicorn
+    ca, paths = certificates
+    server = start(workers=1, threads=1, ca_file=str(paths["ca"]),
+                   TLS_CERTFILE=paths["cert"], TLS_KEYFILE=paths["key"])
+    first = _served_certificate(server.port, ca)
+    renewed = ca.issue_cert("127.0.0.1", "localhost")
+    renewed.cert_chain_pems[0].write_to_path(paths["cert"])  # its key not written yet
+    assert _served_certificate(server.port, ca) == first
+    _reload(server)
+    assert _served_certificate(server.port, ca) == first
+    said = _reload_errors(server)
+    assert len(said) == 1 and said[0].startswith(
+        "reload: TLS_CERTFILE and TLS_KEYFILE must name a readable PEM certificate and its "
+        "private key (SSLError: [X509: KEY_VALUES_MISMATCH]")
+    assert said[0].endswith("; the TLS pair read before is kept")
+    renewed.private_key_pem.write_to_path(paths["key"])
+    _reload(server)
+    expected = ssl.PEM_cert_to_DER_cert(renewed.cert_chain_pems[0].bytes().decode())
+    for _ in range(100):  # the worker from before the reload may take a connection as it exits
+        if _served_certificate(server.port, ca) == expected:
+            break
+        time.sleep(0.1)
+    assert _served_certificate(server.port, ca) == expected
+    assert requests.get(server.url + "/health", verify=str(paths["ca"]), timeout=5).ok
+
+
+def test_a_broken_taxonomy_neither_fails_a_recycled_worker_nor_stops_a_reload(
+        embedded_gunicorn, httpserver, tmp_path):
+    """The taxonomy is read by the master and inherited by its workers: one recycled after
+    max_requests does not read the file again (a broken one failed its boot, and gunicorn
+    stops when a worker fails to boot), and a reload that cannot read it keeps the one read."""
+    start, cli = embedded_gunicorn
+    created = json.loads(cli("tenants", "create", "--email", "taxonomy@example.com", "--json"))
+    path = tmp_path / "taxonomy.json"
+    path.write_text(json.dumps({"classes": [{"name": "finance", "keywords": ["yoga"]}]}))
+    httpserver.expect_request("/ctx").respond_with_json({"tags": ["yoga"]})
+    server = start(workers=1, threads=1, TAXONOMY_PATH=path,
+                   CONTEXT_STORE_URL=httpserver.url_for("/ctx"),
+                   GUNICORN_MAX_REQUESTS=2, GUNICORN_MAX_REQUESTS_JITTER=0)
+
+    def intent_class():
+        answer = requests.post(server.url + "/v1/intent/generate",
+                               headers={"X-Service-Key": created["api_key"]},
+                               json={"user_token": "taxonomy-user-token"}, timeout=30)
+        assert answer.status_code == 200, answer.text
+        return answer.json()["intent_class"]
+
+    assert intent_class() == "finance"  # the file's taxonomy, not the shipped one (wellness)
+    path.write_text('{"classes": [')
+    for _ in range(4):  # the worker is replaced after every second request
+        assert intent_class() == "finance"
+    _reload(server)
+    assert intent_class() == "finance"
+    assert len(_reload_errors(server)) == 1
+    assert _reload_errors(server)[0].startswith("reload: TAXONOMY_PATH cannot be read as JSON")
+    assert server.process.poll() is None
+
+
 def test_sigterm_finishes_in_flight_requests_refuses_new_ones_and_exits_0(embedded_gunicorn,
                                                                            httpserver):
     start, cli = embedded_gunicorn

@@ -8,6 +8,7 @@ import json
 import re
 from importlib import resources
 
+from app import master_files
 from app.config import ConfigError
 
 INTENT_CLASSES = ("commerce", "infrastructure", "wellness", "finance", "education", "social", "other")
@@ -72,4 +73,6 @@ def _checked_classes(document):
 
 
 def init_app(app):
-    app.extensions["taxonomy"] = load(app.config["TAXONOMY_PATH"])
+    """The taxonomy gunicorn's master read (app.master_files), or the file's, read now."""
+    path = app.config["TAXONOMY_PATH"]
+    app.extensions["taxonomy"] = master_files.inherited("taxonomy", path, lambda: load(path))
