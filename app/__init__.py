@@ -1,7 +1,9 @@
 """Application factory: reads as a table of contents of the service."""
+import json
 import os
 
 from flask import Flask
+from flask.json.provider import DefaultJSONProvider
 from sqlalchemy import event
 from werkzeug.middleware.proxy_fix import ProxyFix
 from werkzeug.routing import IntegerConverter, UnicodeConverter
@@ -33,10 +35,40 @@ class AsciiInteger(IntegerConverter):
     regex = "[0-9]+"
 
 
+class JsonProvider(DefaultJSONProvider):
+    """Flask's JSON, with one encoder kept for each set of options: json.dumps builds a new
+    encoder on every call given any option, and every response passes some (Flask's
+    separators, sort_keys and default)."""
+
+    _OPTIONS = frozenset(("skipkeys", "ensure_ascii", "check_circular", "allow_nan",
+                          "sort_keys", "indent", "separators", "default"))
+
+    def __init__(self, app):
+        super().__init__(app)
+        self._encoders = {}
+
+    def dumps(self, obj, **kwargs):
+        kwargs.setdefault("default", self.default)
+        kwargs.setdefault("ensure_ascii", self.ensure_ascii)
+        kwargs.setdefault("sort_keys", self.sort_keys)
+        try:
+            options = frozenset(kwargs.items())
+        except TypeError:  # an option that cannot be a key (separators as a list)
+            options = None
+        if options is None or not self._OPTIONS.issuperset(kwargs):  # cls=, say: as Flask does
+            return super().dumps(obj, **kwargs)
+        encoder = self._encoders.get(options)
+        if encoder is None:
+            encoder = self._encoders[options] = json.JSONEncoder(**kwargs)
+        return encoder.encode(obj)
+
+
 class IntentGate(Flask):
     """Flask, with the coroutine test of each view and hook made once per function instead of
     on every call (a dozen inspect calls per request, and none of our functions is async), and
     routing that answers in the contract's JSON: no redirects, automatic OPTIONS in JSON."""
+
+    json_provider_class = JsonProvider
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -46,6 +46,9 @@ class RequestIdFilter(logging.Filter):
 
 # Attributes every LogRecord has; any other attribute came from `extra=` and is a field.
 _RECORD_ATTRIBUTES = frozenset(vars(logging.makeLogRecord({}))) | {"message", "request_id"}
+# One encoder for every line: json.dumps given default= builds a new one at every call (11 K of
+# a verify's 2.1 M instructions, bench/instructions.py).
+_LINE_ENCODER = json.JSONEncoder(default=str)
 
 
 class JsonLineFormatter(logging.Formatter):
@@ -67,7 +70,7 @@ class JsonLineFormatter(logging.Formatter):
             line["exc_info"] = self.formatException(record.exc_info)
         if record.stack_info:
             line["stack_info"] = self.formatStack(record.stack_info)
-        return json.dumps(line, default=str)
+        return _LINE_ENCODER.encode(line)
 
     def formatTime(self, record, datefmt=None):
         """logging's own format, with the second's text made once a second, not once a line."""
