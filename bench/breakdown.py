@@ -7,6 +7,7 @@ from collections import defaultdict
 
 from common import verify_workload  # first: it puts the repository on sys.path
 from app import database  # noqa: E402
+from app.tenants import key_cache  # noqa: E402
 from app.traffic import strategy  # noqa: E402
 
 spent = defaultdict(float)
@@ -37,10 +38,10 @@ def main():
 
     rows = database._rows  # pylint: disable=protected-access
 
-    def timed_rows(statement, params):
+    def timed_rows(on, statement, params):  # on: the app's Database
         started = time.perf_counter()
         try:
-            return rows(statement, params)
+            return rows(on, statement, params)
         finally:
             spent[kind(statement)] += time.perf_counter() - started
 
@@ -49,6 +50,7 @@ def main():
     tokens = strategy._RedisTokens  # pylint: disable=protected-access
     tokens.take_token = timed("redis: token bucket", tokens.take_token)
     tokens.peek_tokens = timed("redis: token bucket, read only", tokens.peek_tokens)
+    key_cache._command = timed("redis: kept principal", key_cache._command)
 
     for label, call in (("verify", lambda body: client.post("/v1/intent/verify", headers=headers,
                                                             json=body)),

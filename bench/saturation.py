@@ -43,18 +43,21 @@ URL = f"postgresql://postgres@127.0.0.1/{DATABASE}"
 # tenant" puts them all on one, whose counter rows (sharded by connection) take them all.
 TENANTS = 64
 PICK = f"\\set tenant random(1, {TENANTS})\n"
+# The intents' owner, 'tenant:<id>'. Written as a concatenation: pgbench leaves "::" in a
+# script as it is (a cast), so 'tenant::tenant' was one owner for every tenant's intents.
+OWNER = "'tenant:' || :tenant"
 KEY_LOOKUP = "SELECT * FROM intentgate_key_principal(':digest', ':period', :now);\n"
 ISSUE = ("INSERT INTO intents (owner, intent_hash, intent_class, issued_at, expires_at) "
-         "VALUES ('tenant::tenant', 'sha256:' || md5(random()::text) || md5(random()::text), "
+         f"VALUES ({OWNER}, 'sha256:' || md5(random()::text) || md5(random()::text), "
          "'other', :now, :now + 3600) RETURNING intent_hash \\gset\n")
 # The principal's digest and fingerprint (kept) or NULL, NULL (just looked up).
-VERIFY = ("SELECT * FROM intentgate_verification_gate(:now, ':intent_hash', 'tenant::tenant', "
+VERIFY = (f"SELECT * FROM intentgate_verification_gate(:now, ':intent_hash', {OWNER}, "
           "md5(random()::text), true, :now, 60, :tenant, ':period', ':day', NULL, "
           "'evt_' || md5(random()::text), {principal});\n")
 LOOKED_UP, KEPT = "NULL, NULL", "':digest', ':fingerprint'"
 ISSUE_KEPT = ("SELECT made.intent_hash FROM (SELECT 'sha256:' || md5(random()::text) || "
               "md5(random()::text) AS intent_hash) AS made, intentgate_issue_intent("
-              "made.intent_hash, 'tenant::tenant', 'other', :now, :now + 3600, ':digest', :now, "
+              f"made.intent_hash, {OWNER}, 'other', :now, :now + 3600, ':digest', :now, "
               "':fingerprint', :tenant, ':period', NULL) \\gset\n")
 PAIR_KEPT = ISSUE_KEPT + VERIFY.format(principal=KEPT)
 SCRIPTS = {"lookup": KEY_LOOKUP, "generate": PICK + ISSUE_KEPT,
