@@ -170,6 +170,35 @@ def test_a_claim_passes_over_an_endpoint_another_transaction_holds(app, client, 
     assert claimed is not None and claimed[0].endpoint_id == free_id
 
 
+def test_attempts_go_in_the_events_order_however_the_workers_shared_their_dispatch(
+        app, client, tenant, leak_watch):
+    """Two workers dispatching at once each take the events the other has not locked: one
+    took the first and third, the other the second, a second later. The attempts still go in
+    the order the events were raised (they went first, third, second)."""
+    if not TEST_DATABASE_URL:
+        pytest.skip("PostgreSQL's row locks share the events between the dispatchers")
+    with Receiver() as receiver:
+        webhook_id = _create(client, tenant, receiver.url, leak_watch,
+                             events=["usage.threshold"])["id"]
+        raised = [client.post(f"/v1/tenant/webhooks/{webhook_id}/test",
+                              headers=tenant.headers).get_json()["event_id"] for _ in range(3)]
+        holding = postgresql_connection()  # the other worker, in the middle of its dispatch
+        try:
+            holding.cursor().execute(
+                "SELECT 1 FROM webhook_events WHERE id = %s FOR UPDATE", (raised[1],))
+            with app.app_context():
+                delivery.dispatch(now_seconds())
+        finally:
+            holding.rollback()
+            holding.close()
+        with app.app_context():
+            assert delivery.dispatch(now_seconds() + 1) == 1  # the second event, left till now
+            # One worker makes them, one at a time, in the order it claims them.
+            assert delivery.deliver_due(app.config, now=now_seconds() + 1) == 3
+        arrived = receiver.wait_for(3)
+    assert [request["headers"]["webhook-id"] for request in arrived] == raised
+
+
 def test_after_the_last_retry_the_event_is_given_up_and_shown_failed(app, client, tenant,
                                                                      leak_watch):
     with Receiver(statuses=[503]) as receiver:

@@ -79,10 +79,13 @@ def dispatch(now):
                     continue
                 if (endpoint_id == event.endpoint_id if event.endpoint_id
                         else events.receives(subscribed.split(), event.type)):
+                    # Due from when the event was raised (another host's clock may be ahead):
+                    # claims take an endpoint's attempts by that, then by the event's id, so
+                    # they go in the events' order however the workers shared the dispatch.
                     db.session.add(WebhookDelivery(
                         tenant_id=event.tenant_id, id=events.new_id("whd_"),
                         endpoint_id=endpoint_id, event_id=event.id, attempt=1,
-                        scheduled_at=now, delivered=False))
+                        scheduled_at=min(event.created_at, now), delivered=False))
             event.dispatched_at = now
     return len(pending)
 
@@ -104,9 +107,10 @@ def claim(now, lease_seconds):
                        *(not_(and_(WebhookDelivery.tenant_id == tenant_id,
                                    WebhookDelivery.endpoint_id == endpoint_id))
                          for tenant_id, endpoint_id in busy))
-                # Ids sort by creation: an endpoint's attempts due together go in the events'
-                # order.
-                .order_by(WebhookDelivery.scheduled_at, WebhookDelivery.id).limit(1)
+                # Event ids sort by creation: an endpoint's first attempts, due from when their
+                # events were raised, go in the events' order.
+                .order_by(WebhookDelivery.scheduled_at, WebhookDelivery.event_id,
+                          WebhookDelivery.id).limit(1)
                 .with_for_update(skip_locked=True)).scalar_one_or_none()
             if attempt is None:
                 return None
