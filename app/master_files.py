@@ -20,12 +20,18 @@ from app.config import ConfigError
 log = logging.getLogger("gunicorn.error")
 
 _read = {}  # (what, its files) -> what the master last read of them
-_running = {"master": False}
+_master = {"running": False}
+
+
+def master_started():
+    """Called by gunicorn's on_starting. From then on, in the master and in every worker it
+    forks, what cannot be read or checked is a reload's or a recycled worker's, not the start's:
+    said, never a reason to stop (app.keyring.checks asks too)."""
+    _master["running"] = True
 
 
 def master_running():
-    """Called by gunicorn's on_starting: from now on a file that cannot be read is a reload's."""
-    _running["master"] = True
+    return _master["running"]
 
 
 def read(what, files, reader):
@@ -34,7 +40,7 @@ def read(what, files, reader):
     try:
         value = reader()
     except ConfigError as error:
-        if not _running["master"] or (what, files) not in _read:
+        if not master_running() or (what, files) not in _read:
             raise
         log.error("reload: %s; the %s read before is kept", error, what)
         return _read[what, files]

@@ -212,10 +212,9 @@ def ssl_context(conf, default_ssl_context_factory):
 def on_starting(server):
     # Started: from now on a reload (SIGHUP re-runs this file in the running master) logs what
     # it finds wrong instead of exiting (gunicorn would stop, and its workers with it): a ring
-    # lacking a key another process seals with, as a recycled worker does; a TLS pair or a
-    # taxonomy it cannot read, keeping the one read before (app.master_files).
-    key_checks.checked_by_master()
-    master_files.master_running()
+    # lacking a key another process seals with (app.keyring.checks), as a recycled worker does;
+    # a TLS pair or a taxonomy it cannot read, keeping the one read before (app.master_files).
+    master_files.master_started()
     directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     if directory:
         shutil.rmtree(directory, ignore_errors=True)

@@ -11,6 +11,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.pool import NullPool
 
+from app import master_files
 from app.admin.models import AdminKey
 from app.clock import now_seconds
 from app.config import KeyRingMismatch
@@ -40,19 +41,6 @@ def mismatch(config):
     return KeyRingMismatch(MISMATCH + (LOCAL_KEY if config.get("LOCAL_ENCRYPTION_KEY") else ""))
 
 
-# Set in gunicorn's master once it has started (deploy/gunicorn.conf.py's on_starting), so
-# also in every worker it forks: the master checked the ring before the first of them started.
-# A worker it starts later (one recycled after max_requests), or the master itself re-reading
-# its settings on a reload (SIGHUP), while another process already seals with a key this one
-# lacks must not stop the master, and every worker with it: it says so, and the tenants whose
-# secrets it cannot unseal are answered 503 until this process's ring holds the key.
-_master_checked = {"ring": False}
-
-
-def checked_by_master():
-    _master_checked["ring"] = True
-
-
 def check_at_start(config):
     """The check of create_app and of gunicorn's master: one or two small queries, on a
     connection of its own (nothing stays pooled to be inherited by forked workers). A database
@@ -60,7 +48,13 @@ def check_at_start(config):
     try:
         _check(config)
     except KeyRingMismatch as exc:
-        if not _master_checked["ring"]:
+        # Once gunicorn's master has started (so also in every worker it forks), it checked the
+        # ring before the first worker. A worker it starts later (recycled after max_requests),
+        # or the master re-reading its settings on a reload (SIGHUP), while another process
+        # already seals with a key this one lacks must not stop the master, and every worker
+        # with it: it says so, and the tenants whose secrets it cannot unseal are answered 503
+        # until this process's ring holds the key.
+        if not master_files.master_running():
             raise
         log.error("%s; this worker goes on: secrets sealed with that key answer 503", exc)
 
