@@ -360,6 +360,11 @@ def test_a_secret_the_worker_cannot_unseal_fails_that_attempt_and_the_others_go_
     ("https://[2002:a9fe:a9fe::]/hooks", "url must point to a public address"),
     ("https://192.0.0.8/hooks", "url must point to a public address"),
     ("https://[fec0::1]/hooks", "url must point to a public address"),  # site-local
+    # Not global, though Python 3.11's ipaddress says they are: 6to4 relay anycast,
+    # documentation (RFC 9637) and SRv6 segment identifiers.
+    ("https://192.88.99.1/hooks", "url must point to a public address"),
+    ("https://[3fff::1]/hooks", "url must point to a public address"),
+    ("https://[5f00::1]/hooks", "url must point to a public address"),
     ("https://localhost/hooks", "url must point to a public address"),
     ("https://user:pw@93.184.215.14/hooks", ssrf.CREDENTIALS),
     ("https://token@93.184.215.14/hooks", ssrf.CREDENTIALS),

@@ -127,7 +127,10 @@ IPV4_IN_LAST_32_BITS = tuple(ipaddress.ip_network(prefix) for prefix in (
 NOT_GLOBAL = tuple(ipaddress.ip_network(prefix) for prefix in (
     "64:ff9b:1::/48",  # NAT64 for a network's own use (RFC 8215), translated inside it
     "192.0.0.0/24",    # IETF protocol assignments (RFC 6890), 192.0.0.8 among them
+    "192.88.99.0/24",  # 6to4 relay anycast (deprecated by RFC 7526): whichever relay is nearest
     "fec0::/10",       # site-local (deprecated by RFC 3879, still routed inside some sites)
+    "3fff::/20",       # documentation (RFC 9637)
+    "5f00::/16",       # SRv6 segment identifiers (RFC 9602), routed inside an SR domain
 ))
 
 
