@@ -371,6 +371,9 @@ def test_a_secret_the_worker_cannot_unseal_fails_that_attempt_and_the_others_go_
     ("https:///hooks", "url must be an absolute URL with a host"),
     ("ftp://93.184.215.14/hooks", "url must be an https:// URL"),
     ("https://93.184.215.14:0/hooks", "url's port must be between 1 and 65535"),
+    ("https://93.184.215.14:99999/hooks", "url's port must be between 1 and 65535"),
+    ("https://[2606:4700::1111]:65536/hooks", "url's port must be between 1 and 65535"),
+    ("https://93.184.215.14:8x/hooks", "url must be an absolute URL with a host"),
 ])
 def test_private_addresses_and_plain_http_are_refused_without_the_setting(
         app, client, tenant, url, error):

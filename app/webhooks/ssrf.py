@@ -54,9 +54,12 @@ def target(url, allow_private, deadline=None):
     when the name does not resolve before `deadline` (time.monotonic(); None: no limit)."""
     try:
         parts = urlsplit(url)
-        port = parts.port
     except ValueError:
         raise Refused(MALFORMED) from None
+    try:
+        port = parts.port
+    except ValueError:  # digits past 65535 are a port out of range; anything else, no URL
+        raise Refused(PORT if _port_digits(parts.netloc) else MALFORMED) from None
     if port == 0:
         raise Refused(PORT)
     schemes = ("https", "http") if allow_private else ("https",)
@@ -73,6 +76,12 @@ def target(url, allow_private, deadline=None):
         raise Refused(NOT_ENCODED)
     return parts.scheme, parts.hostname, port, path, _addresses(parts.hostname, port,
                                                                 allow_private, deadline)
+
+
+def _port_digits(netloc):
+    """Whether the port `netloc` names (after any user info and IPv6 brackets) is digits."""
+    port = netloc.rpartition("@")[2].rpartition("]")[2].rpartition(":")[2]
+    return port.isascii() and port.isdigit()
 
 
 def _addresses(host, port, allow_private, deadline):
