@@ -62,6 +62,12 @@ class TooManyRequests(ApiError):
     status = 429
 
 
+class NotImplementedCoding(ApiError):
+    """A transfer coding the service does not decode (RFC 9112: 501)."""
+
+    status = 501
+
+
 class BadGateway(ApiError):
     status = 502
 

@@ -8,11 +8,14 @@ from gunicorn.http.errors import ParseException
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from app import strict_json
-from app.errors import BadRequest, NotFound, UnsupportedMediaType
+from app.errors import BadRequest, NotFound, NotImplementedCoding, UnsupportedMediaType
 from app.logs import mask_credentials
 from app.schemas import RequestSchema
 
 REQUEST_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,128}")
+UNSUPPORTED_CODING = "transfer coding not supported"
+# The transfer codings of a body the app reads (gunicorn takes chunked framing apart).
+FRAMINGS = frozenset(("chunked", "identity"))
 _NO_FIELDS = RequestSchema()
 
 
@@ -46,10 +49,25 @@ def _parse_body(allow_empty):
     if request.headers.get("Content-Encoding", "identity").lower() != "identity":
         raise UnsupportedMediaType("Content-Encoding is not supported: send the body uncompressed",
                                    headers={"Accept-Encoding": "identity"})
-    body = strict_json.loads(raw)
+    try:
+        body = strict_json.loads(raw)
+    except BadRequest:
+        _refuse_compressed_transfer()  # compressed bytes are never JSON: say why
+        raise
     if not isinstance(body, dict):
         raise BadRequest(strict_json.NOT_AN_OBJECT)
     return body
+
+
+def _refuse_compressed_transfer():
+    """501, as gunicorn answers a transfer coding it does not know, for a body compressed in
+    transit: gunicorn takes chunked framing apart itself, but passes a compression before it
+    ("gzip, chunked") on to the app as it came. Asked only of a body that is no JSON (which
+    such a body never is), so that a valid one costs nothing more."""
+    codings = request.environ.get("HTTP_TRANSFER_ENCODING")
+    if codings and not FRAMINGS.issuperset(
+            coding.strip(" \t").lower() for coding in codings.split(",")):
+        raise NotImplementedCoding(UNSUPPORTED_CODING)
 
 
 def _body_bytes():

@@ -108,6 +108,8 @@ V1_ERRORS = {
     "413": "Body over 64 KiB.",
     "415": "A body sent with a Content-Encoding: send it uncompressed.",
     "429": "`rate limit exceeded` (also for too many failed authentications from one address).",
+    "501": "`transfer coding not supported`: a Transfer-Encoding other than chunked (a "
+           "compressed body): send it uncompressed.",
     "503": "`Multi-tenancy not configured`, or the database or rate-limit store is down.",
 }
 

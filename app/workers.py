@@ -34,7 +34,7 @@ from gunicorn.http.errors import (
 from gunicorn.workers.gthread import ThreadWorker
 from gunicorn.workers.sync import SyncWorker
 
-from app.http import acceptable_request_id
+from app.http import UNSUPPORTED_CODING, acceptable_request_id
 
 MALFORMED = (400, "Bad Request", "malformed HTTP request")
 # What gunicorn refuses, as (status, reason, error text); the first class that matches wins.
@@ -42,7 +42,7 @@ REFUSALS = (
     (LimitRequestLine, (414, "URI Too Long", "request line too long")),
     (LimitRequestHeaders, (431, "Request Header Fields Too Large", "request headers too large")),
     (ExpectationFailed, (417, "Expectation Failed", "expectation not supported")),
-    (UnsupportedTransferCoding, (501, "Not Implemented", "transfer coding not supported")),
+    (UnsupportedTransferCoding, (501, "Not Implemented", UNSUPPORTED_CODING)),
     ((ForbiddenProxyRequest, SSLError), (403, "Forbidden", "forbidden")),
     ((InvalidRequestLine, InvalidRequestMethod, InvalidHTTPVersion, InvalidHeader,
       InvalidHeaderName, InvalidProxyLine, InvalidSchemeHeaders, ObsoleteFolding,

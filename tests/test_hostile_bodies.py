@@ -1,5 +1,6 @@
 """Hostile bodies get a clear 4xx in the envelope, never a 5xx (CONTRACT.md, Wire format), and
 the signature binds exactly the payload the gate returns (CONTRACT.md, Verify)."""
+import gzip
 import json
 import math
 import os
@@ -392,6 +393,27 @@ def test_chunked_bodies_through_gunicorn_are_held_to_64_kib_and_well_formed(serv
                                                                           size_line=size_line))
         assert (status, body["error"]) == (400, "request body has malformed chunked encoding")
         assert body["request_id"] == headers["x-request-id"]
+
+
+def test_a_compressed_body_is_refused_not_read_as_json_through_gunicorn(served):
+    """gunicorn takes chunked framing apart itself, but passes a compression before it
+    ("gzip, chunked") on to the app as it came: the compressed bytes were read as JSON (a 400
+    naming invalid JSON). The app now answers as gunicorn does a coding it does not know."""
+    server, created = served
+    compressed = _chunked(gzip.compress(b'{"user_token": "hostile-user-token"}'))
+    for coding in ("gzip, chunked", "deflate,chunked", "GZip , chunked"):
+        head = _chunked_head("/v1/intent/generate", created["api_key"]).replace(
+            "Transfer-Encoding: chunked", f"Transfer-Encoding: {coding}")
+        status, headers, body = _raw_exchange(server.port, head, compressed)
+        assert (status, body) == (501, {"error": "transfer coding not supported",
+                                        "request_id": headers["x-request-id"]})
+    # Chunked alone (or after identity) is read as ever.
+    for coding in ("chunked", "identity, chunked"):
+        head = _chunked_head("/v1/intent/generate", created["api_key"]).replace(
+            "Transfer-Encoding: chunked", f"Transfer-Encoding: {coding}")
+        status, _, body = _raw_exchange(
+            server.port, head, _chunked(b'{"user_token": "hostile-user-token"}'))
+        assert status == 200 and body["intent_hash"].startswith("sha256:")
 
 
 def test_a_chunked_body_is_refused_for_a_kept_principal_too(gunicorn, make_tenant):

@@ -12,7 +12,7 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 from app.intents.reasons import BLOCK_REASONS
 from tests.support import assert_envelope
 
-GUARD_ERRORS = {"400", "401", "403", "413", "415", "429", "503"}
+GUARD_ERRORS = {"400", "401", "403", "413", "415", "429", "501", "503"}
 
 
 def _routes(app):
