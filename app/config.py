@@ -80,7 +80,7 @@ def _seconds(name, default):
     return value
 
 
-def _flag(name, default):
+def flag(name, default):
     raw = _text(name)
     if raw is None:
         return default
@@ -142,7 +142,7 @@ def from_environment(instance_path):
         "TAXONOMY_PATH": _text("TAXONOMY_PATH"),
         "CORS_ORIGINS": _origins("CORS_ORIGINS"),
         "SECRET_ENCRYPTION_KEY": _text("SECRET_ENCRYPTION_KEY"),
-        "MULTI_TENANCY": _flag("MULTI_TENANCY", True),
+        "MULTI_TENANCY": flag("MULTI_TENANCY", True),
         "CLOCK_SKEW_SECONDS": _integer("CLOCK_SKEW_SECONDS", 60, minimum=0, maximum=3600),
         "RATE_LIMIT_CAPACITY": _integer("RATE_LIMIT_CAPACITY", 100, minimum=1),
         "RATE_LIMIT_REFILL_PER_MINUTE": _integer("RATE_LIMIT_REFILL_PER_MINUTE", 100, minimum=1),
@@ -152,12 +152,12 @@ def from_environment(instance_path):
         "SMTP_PORT": _integer("SMTP_PORT", 25, minimum=1, maximum=65535),
         "SMTP_USERNAME": _text("SMTP_USERNAME"),
         "SMTP_PASSWORD": _text("SMTP_PASSWORD"),
-        "SMTP_STARTTLS": _flag("SMTP_STARTTLS", False),
+        "SMTP_STARTTLS": flag("SMTP_STARTTLS", False),
         "SMTP_TIMEOUT": _seconds("SMTP_TIMEOUT", 10.0),
         "MAIL_FROM": _text("MAIL_FROM", "keys@intentgate.local"),
         "LOG_LEVEL": _text("LOG_LEVEL", "INFO").upper(),
-        "REQUIRE_TLS": _flag("REQUIRE_TLS", None),  # unset: on in production (see validate)
-        "METRICS_ENABLED": _flag("METRICS_ENABLED", False),
+        "REQUIRE_TLS": flag("REQUIRE_TLS", None),  # unset: on in production (see validate)
+        "METRICS_ENABLED": flag("METRICS_ENABLED", False),
         "MAX_CONTENT_LENGTH": 64 * 1024,
         # How long a request's statement may wait for PostgreSQL's answer before it is cut
         # (503): above the 5 s a statement may wait for a lock (app.database.LOCK_TIMEOUT), and
@@ -165,7 +165,7 @@ def from_environment(instance_path):
         # answers before gunicorn's worker timeout; capped by SPEC.md's 30 s request budget.
         "DATABASE_STATEMENT_SECONDS": 10.0,
         # Webhooks (app/webhooks): private addresses and http:// for development and tests only.
-        "WEBHOOK_ALLOW_PRIVATE_ADDRESSES": _flag("WEBHOOK_ALLOW_PRIVATE_ADDRESSES", False),
+        "WEBHOOK_ALLOW_PRIVATE_ADDRESSES": flag("WEBHOOK_ALLOW_PRIVATE_ADDRESSES", False),
         "WEBHOOK_CONNECT_TIMEOUT": _seconds("WEBHOOK_CONNECT_TIMEOUT", 5.0),
         "WEBHOOK_TIMEOUT": _seconds("WEBHOOK_TIMEOUT", 15.0),
         # Longer than an attempt may last: a dead worker's attempt is made again after it.

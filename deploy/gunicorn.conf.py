@@ -8,6 +8,7 @@ a buffering proxy (deploy/nginx.conf; see deploy/README.md).
 import math
 import os
 import shutil
+import socket
 import ssl
 import tempfile
 from pathlib import Path
@@ -58,6 +59,77 @@ def _env_int(name, default, minimum=1):
     if value < minimum:
         raise app_settings.ConfigError(f"{name} must be at least {minimum}, got {value}")
     return value
+
+
+def bind_addresses(raw):
+    """GUNICORN_BIND's addresses, comma-separated: HOST:PORT ([IPv6]:PORT), unix:PATH or
+    fd://N; unset or empty, the loopback default. Checked here because gunicorn reads an empty
+    address (a stray comma, `GUNICORN_BIND=` in an environment file) as 0.0.0.0:8000, every
+    interface, prints a traceback for a port out of range, and retries a host that does not
+    resolve five times before it stops."""
+    if raw is None or not raw.strip():
+        return ["127.0.0.1:8000"]
+    addresses = [address.strip() for address in raw.split(",")]
+    for address in addresses:
+        _check_bind(address, raw)
+    return addresses
+
+
+def _check_bind(address, raw):
+    if not address:
+        raise app_settings.ConfigError(
+            f"GUNICORN_BIND holds an empty address (a stray comma?), got {raw!r}: gunicorn "
+            "would listen on every interface")
+    if address.startswith("unix:"):
+        directory = os.path.dirname(address[len("unix:"):].removeprefix("//")) or "."
+        if not os.path.isdir(directory):
+            raise app_settings.ConfigError(
+                f"GUNICORN_BIND: {address}: there is no directory {directory}")
+        return
+    if address.startswith("fd://"):
+        if not address[len("fd://"):].isdigit():
+            raise app_settings.ConfigError(f"GUNICORN_BIND: {address}: fd:// takes a number")
+        return
+    host, _, port = address.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not host or "[" in host or "]" in host or not (port.isascii() and port.isdigit()):
+        raise app_settings.ConfigError(
+            "GUNICORN_BIND takes HOST:PORT, [IPv6]:PORT, unix:PATH or fd://N addresses "
+            f"separated by commas, got {address!r}")
+    if not 1 <= int(port) <= 65535:
+        raise app_settings.ConfigError(
+            f"GUNICORN_BIND: {address}: the port must be between 1 and 65535")
+    try:
+        socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError):
+        raise app_settings.ConfigError(
+            f"GUNICORN_BIND: {address}: the host {host} does not resolve") from None
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
+def log_level():
+    level = (os.environ.get("GUNICORN_LOGLEVEL") or "info").strip().lower()
+    if level not in LOG_LEVELS:
+        raise app_settings.ConfigError(
+            f"GUNICORN_LOGLEVEL must be one of {', '.join(LOG_LEVELS)}, got {level!r}")
+    return level
+
+
+def access_log():
+    """GUNICORN_ACCESSLOG: a file gunicorn can append to, "-" for its standard output, or
+    unset (none). gunicorn itself stops on a file it cannot open with three lines of its own."""
+    path = (os.environ.get("GUNICORN_ACCESSLOG") or "").strip()
+    if not path or path == "-":
+        return path or None
+    directory = os.path.dirname(os.path.abspath(path))
+    writable = os.access(path, os.W_OK) if os.path.exists(path) else (
+        os.path.isdir(directory) and os.access(directory, os.W_OK))
+    if not writable or os.path.isdir(path):
+        raise app_settings.ConfigError(f"GUNICORN_ACCESSLOG: {path} cannot be written")
+    return path
 
 
 def _ancestors(base, path):
@@ -134,18 +206,18 @@ with app_settings.exit_on_config_error():
     graceful_timeout = _env_int("GUNICORN_GRACEFUL_TIMEOUT", 30)
     max_requests = _env_int("GUNICORN_MAX_REQUESTS", 2000, minimum=0)
     max_requests_jitter = _env_int("GUNICORN_MAX_REQUESTS_JITTER", 200, minimum=0)
+    bind = bind_addresses(os.environ.get("GUNICORN_BIND"))
+    preload_app = app_settings.flag("GUNICORN_PRELOAD", False)
+    loglevel = log_level()
+    # The app writes one JSON line per request itself; this adds gunicorn's own view when wanted.
+    accesslog = access_log()
 
-bind = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000").split(",")
 # gunicorn's sync and gthread workers, answering in JSON where gunicorn answers (app.workers).
 worker_class = ("app.workers.JsonErrorsThreadWorker" if threads > 1
                 else "app.workers.JsonErrorsSyncWorker")
 keepalive = 5
-preload_app = os.environ.get("GUNICORN_PRELOAD", "false").lower() == "true"
 control_socket_disable = True
 errorlog = "-"
-loglevel = os.environ.get("GUNICORN_LOGLEVEL", "info")
-# The app writes one JSON line per request itself; this adds gunicorn's own view when wanted.
-accesslog = os.environ.get("GUNICORN_ACCESSLOG") or None
 # Its atoms masked and escaped as JSON string content (app.logs.JsonAccessAtoms): a key in the
 # path or a %0a decoded into it must not reach the log as it came.
 logger_class = "app.logs.GunicornLogger"

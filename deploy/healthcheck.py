@@ -7,7 +7,9 @@ import urllib.request
 
 
 def health_url():
-    address = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000").split(",")[0]
+    # Unset or empty, gunicorn.conf.py binds the loopback default.
+    address = (os.environ.get("GUNICORN_BIND") or "").strip() or "127.0.0.1:8000"
+    address = address.split(",")[0].strip()
     host, _, port = address.rpartition(":")
     if host in ("", "0.0.0.0"):
         host = "127.0.0.1"

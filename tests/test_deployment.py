@@ -2,6 +2,7 @@
 import base64
 import json
 import os
+import runpy
 import shutil
 import signal
 import socket
@@ -404,3 +405,15 @@ def test_gunicorns_access_line_masks_credentials_and_stays_one_json_line(embedde
         "/v1/tenant/keys/key_live_[redacted]", "/v1/tenant/keys/sig_live_[redacted]",
         "/v1/tenant/keys/whsec_[redacted]",
         '/v1/tenant/keys/k\n{"injected": 1}\\"\x00nul-tail']
+
+
+def test_the_healthcheck_asks_where_gunicorn_binds(monkeypatch):
+    """An empty GUNICORN_BIND is the loopback default to gunicorn.conf.py, so to the probe too
+    (it asked http://:/health)."""
+    healthcheck = runpy.run_path(str(ROOT / "deploy" / "healthcheck.py"))
+    monkeypatch.delenv("TLS_CERTFILE", raising=False)
+    for bind, url in (("", "http://127.0.0.1:8000/health"),
+                      (" 0.0.0.0:9000 , [::1]:9001", "http://127.0.0.1:9000/health"),
+                      ("[::]:9002", "http://[::1]:9002/health")):
+        monkeypatch.setenv("GUNICORN_BIND", bind)
+        assert healthcheck["health_url"]() == url

@@ -7,7 +7,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
 API = (ROOT / "docs" / "api.md").read_text()
-SETTING = re.compile(r"""(?:\b_[a-z_]+\(|environ\.get\()\s*["']([A-Z][A-Z0-9_]+)["']""")
+SETTING = re.compile(r"""(?:\b_[a-z_]+\(|\bflag\(|environ\.get\()\s*["']([A-Z][A-Z0-9_]+)["']""")
 
 
 def _code_blocks(text, language):

@@ -89,7 +89,7 @@ def test_the_access_line_is_one_json_object_with_credentials_masked_in_any_atom(
 def test_metrics_are_aggregated_whenever_the_app_reads_them_as_enabled(value, monkeypatch):
     """Every spelling app.config takes for true gives the workers the shared directory that
     /metrics adds up; without it each worker answered with its own counters."""
-    from app.config import _flag
+    from app.config import flag
 
     monkeypatch.setenv("METRICS_ENABLED", value)
     environment = {**os.environ, "METRICS_ENABLED": value}
@@ -99,7 +99,7 @@ def test_metrics_are_aggregated_whenever_the_app_reads_them_as_enabled(value, mo
          "print(os.environ.get('PROMETHEUS_MULTIPROC_DIR') or '')"],
         cwd=ROOT, env=environment, capture_output=True, text=True, timeout=60, check=True)
     directory = loaded.stdout.strip()
-    assert bool(directory) == _flag("METRICS_ENABLED", False)
+    assert bool(directory) == flag("METRICS_ENABLED", False)
     if directory:
         os.rmdir(directory)
 
@@ -138,3 +138,58 @@ def test_tls_files_gunicorn_cannot_serve_stop_it_with_one_line_and_a_pair_loads(
     assert loaded.returncode == 3, loaded.stderr
     (line,) = loaded.stderr.strip().splitlines()
     assert line.startswith("Configuration error: TLS_"), line
+
+
+@pytest.mark.parametrize("name, value", [
+    # A stray comma: gunicorn listened on 0.0.0.0:8000, every interface, beside the address.
+    ("GUNICORN_BIND", "127.0.0.1:38001,"),
+    ("GUNICORN_BIND", ",127.0.0.1:38001"),
+    ("GUNICORN_BIND", "127.0.0.1:99999"),  # a traceback (OverflowError)
+    ("GUNICORN_BIND", "127.0.0.1:0"),
+    ("GUNICORN_BIND", "garbage"),  # five retries, seven lines
+    ("GUNICORN_BIND", ":8000"),
+    ("GUNICORN_BIND", "127.0.0.1"),
+    ("GUNICORN_BIND", "no-such-host.invalid:8000"),
+    ("GUNICORN_BIND", "unix:/nonexistent/directory/gunicorn.sock"),
+    ("GUNICORN_BIND", "fd://three"),
+    ("GUNICORN_LOGLEVEL", "bogus"),  # was accepted
+    ("GUNICORN_PRELOAD", "maybe"),  # was read as false, as "yes" was
+    ("GUNICORN_ACCESSLOG", "/nonexistent/directory/access.log"),  # gunicorn's three lines
+])
+def test_a_gunicorn_setting_it_cannot_use_stops_it_with_one_line(name, value):
+    environment = {key: text for key, text in os.environ.items()
+                   if not key.startswith(("GUNICORN_", "TLS_"))}
+    loaded = subprocess.run([sys.executable, "-c", "import runpy; "
+                             "runpy.run_path('deploy/gunicorn.conf.py')"],
+                            cwd=ROOT, env={**environment, name: value}, capture_output=True,
+                            text=True, timeout=60)
+    assert loaded.returncode == 3, loaded.stderr
+    (line,) = loaded.stderr.strip().splitlines()
+    assert line.startswith(f"Configuration error: {name}"), line
+
+
+@pytest.mark.parametrize("raw, addresses", [
+    (None, ["127.0.0.1:8000"]),
+    ("", ["127.0.0.1:8000"]),  # GUNICORN_BIND= in an environment file: the default, loopback
+    ("  ", ["127.0.0.1:8000"]),
+    ("127.0.0.1:38001, [::1]:38002", ["127.0.0.1:38001", "[::1]:38002"]),
+    ("0.0.0.0:8000", ["0.0.0.0:8000"]),
+    ("localhost:8000", ["localhost:8000"]),
+    ("unix:/tmp/intentgate.sock,fd://3", ["unix:/tmp/intentgate.sock", "fd://3"]),
+])
+def test_bind_addresses(conf, raw, addresses):
+    assert conf.bind_addresses(raw) == addresses
+
+
+def test_log_level_and_access_log(conf, monkeypatch, tmp_path):
+    monkeypatch.delenv("GUNICORN_LOGLEVEL", raising=False)
+    monkeypatch.delenv("GUNICORN_ACCESSLOG", raising=False)
+    assert (conf.log_level(), conf.access_log()) == ("info", None)
+    monkeypatch.setenv("GUNICORN_LOGLEVEL", "WARNING")
+    assert conf.log_level() == "warning"
+    for value in ("-", str(tmp_path / "access.log")):
+        monkeypatch.setenv("GUNICORN_ACCESSLOG", value)
+        assert conf.access_log() == value
+    monkeypatch.setenv("GUNICORN_ACCESSLOG", str(tmp_path))  # a directory
+    with pytest.raises(conf.app_settings.ConfigError):
+        conf.access_log()
