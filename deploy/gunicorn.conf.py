@@ -14,6 +14,8 @@ import tempfile
 from pathlib import Path
 
 import gunicorn.http.wsgi
+import gunicorn.util
+from gunicorn.glogging import Logger
 
 # Prometheus in multiprocess mode: each worker writes its samples to a shared directory that
 # /metrics aggregates. prometheus_client reads this when it is first imported, which the settings
@@ -76,45 +78,50 @@ def bind_addresses(raw):
 
 
 def _check_bind(address, raw):
+    """`address` as gunicorn itself parses it (gunicorn.util.parse_address: tcp:// and the
+    [IPv6] brackets included), a port required."""
     if not address:
         raise app_settings.ConfigError(
             f"GUNICORN_BIND holds an empty address (a stray comma?), got {raw!r}: gunicorn "
             "would listen on every interface")
-    if address.startswith("unix:"):
-        directory = os.path.dirname(address[len("unix:"):].removeprefix("//")) or "."
-        if not os.path.isdir(directory):
-            raise app_settings.ConfigError(
-                f"GUNICORN_BIND: {address}: there is no directory {directory}")
-        return
     if address.startswith("fd://"):
         if not address[len("fd://"):].isdigit():
             raise app_settings.ConfigError(f"GUNICORN_BIND: {address}: fd:// takes a number")
         return
-    host, _, port = address.rpartition(":")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not host or "[" in host or "]" in host or not (port.isascii() and port.isdigit()):
+    try:
+        parsed = gunicorn.util.parse_address(address, default_port="")  # no port: refused
+    except RuntimeError:
+        parsed = None
+    if isinstance(parsed, str):  # unix:PATH
+        directory = os.path.dirname(parsed) or "."
+        if not os.path.isdir(directory):
+            raise app_settings.ConfigError(
+                f"GUNICORN_BIND: {address}: there is no directory {directory}")
+        return
+    # Digits only, where gunicorn's int() would take " 80" or "8_0"; and a host, where ":8000"
+    # would be every interface.
+    port_text = address.rpartition(":")[2]
+    if parsed is None or not parsed[0] or not (port_text.isascii() and port_text.isdigit()):
         raise app_settings.ConfigError(
             "GUNICORN_BIND takes HOST:PORT, [IPv6]:PORT, unix:PATH or fd://N addresses "
             f"separated by commas, got {address!r}")
-    if not 1 <= int(port) <= 65535:
+    host, port = parsed
+    if not 1 <= port <= 65535:
         raise app_settings.ConfigError(
             f"GUNICORN_BIND: {address}: the port must be between 1 and 65535")
     try:
-        socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError):
         raise app_settings.ConfigError(
             f"GUNICORN_BIND: {address}: the host {host} does not resolve") from None
 
 
-LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
-
-
 def log_level():
+    """GUNICORN_LOGLEVEL, one of gunicorn's levels (it takes any other for info, silently)."""
     level = (os.environ.get("GUNICORN_LOGLEVEL") or "info").strip().lower()
-    if level not in LOG_LEVELS:
+    if level not in Logger.LOG_LEVELS:
         raise app_settings.ConfigError(
-            f"GUNICORN_LOGLEVEL must be one of {', '.join(LOG_LEVELS)}, got {level!r}")
+            f"GUNICORN_LOGLEVEL must be one of {', '.join(Logger.LOG_LEVELS)}, got {level!r}")
     return level
 
 

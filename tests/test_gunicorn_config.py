@@ -149,6 +149,7 @@ def test_tls_files_gunicorn_cannot_serve_stop_it_with_one_line_and_a_pair_loads(
     ("GUNICORN_BIND", "garbage"),  # five retries, seven lines
     ("GUNICORN_BIND", ":8000"),
     ("GUNICORN_BIND", "127.0.0.1"),
+    ("GUNICORN_BIND", "::1:38001"),  # IPv6 without brackets: gunicorn's parser refuses it
     ("GUNICORN_BIND", "no-such-host.invalid:8000"),
     ("GUNICORN_BIND", "unix:/nonexistent/directory/gunicorn.sock"),
     ("GUNICORN_BIND", "fd://three"),
@@ -175,6 +176,7 @@ def test_a_gunicorn_setting_it_cannot_use_stops_it_with_one_line(name, value):
     ("127.0.0.1:38001, [::1]:38002", ["127.0.0.1:38001", "[::1]:38002"]),
     ("0.0.0.0:8000", ["0.0.0.0:8000"]),
     ("localhost:8000", ["localhost:8000"]),
+    ("tcp://127.0.0.1:38003", ["tcp://127.0.0.1:38003"]),  # gunicorn's parser takes tcp://
     ("unix:/tmp/intentgate.sock,fd://3", ["unix:/tmp/intentgate.sock", "fd://3"]),
 ])
 def test_bind_addresses(conf, raw, addresses):
