@@ -199,6 +199,28 @@ def test_attempts_go_in_the_events_order_however_the_workers_shared_their_dispat
     assert [request["headers"]["webhook-id"] for request in arrived] == raised
 
 
+def test_attempts_go_in_the_events_order_when_the_clock_steps_back_between_them(
+        app, client, tenant, leak_watch):
+    """A time sync or a VM's resume can step the host's clock back a few milliseconds, here
+    across a second's boundary between the second event and the third."""
+    with Receiver() as receiver:
+        webhook_id = _create(client, tenant, receiver.url, leak_watch,
+                             events=["usage.threshold"])["id"]
+        raised = []
+        for at in (1_800_000_000.5, 1_800_000_001.002, 1_800_000_000.998):
+            with time_machine.travel(at, tick=False):
+                raised.append(client.post(f"/v1/tenant/webhooks/{webhook_id}/test",
+                                          headers=tenant.headers).get_json()["event_id"])
+        assert sorted(raised) == raised
+        with app.app_context():
+            assert delivery.deliver_due(app.config, now=1_800_000_010) == 3
+        arrived = receiver.wait_for(3)
+    assert [request["headers"]["webhook-id"] for request in arrived] == raised
+    # The payload's timestamp is the event's time: never before the id's own second.
+    assert [json.loads(request["body"])["timestamp"] for request in arrived] == [
+        "2027-01-15T08:00:00Z", "2027-01-15T08:00:01Z", "2027-01-15T08:00:01Z"]
+
+
 def test_after_the_last_retry_the_event_is_given_up_and_shown_failed(app, client, tenant,
                                                                      leak_watch):
     with Receiver(statuses=[503]) as receiver:

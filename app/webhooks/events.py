@@ -8,6 +8,7 @@ The event's dedupe key (threshold and month) keeps it single even if a plan chan
 cross the same threshold again."""
 import json
 import secrets
+import threading
 import time
 from datetime import datetime, timezone
 
@@ -35,10 +36,29 @@ AUDIT_ACTIONS = (
 )
 DEFAULT_THRESHOLDS = (80, 100)
 
+# A step back of the clock up to this many microseconds is absorbed: ids go on rising through
+# it. A longer one is a wrong clock put right, and ids follow the corrected clock.
+ABSORBED_STEP = 1_000_000
+_stamp_lock = threading.Lock()
+_last_stamp = 0
 
-def new_id(prefix):
+
+def _stamp():
+    """Microseconds since the epoch, rising at every call in this process: a host's clock can
+    be stepped back a little (a time sync, a VM's resume), and ids made one after another must
+    still sort in that order, as attempts are claimed by them."""
+    global _last_stamp
+    with _stamp_lock:
+        stamp = time.time_ns() // 1000
+        if _last_stamp - ABSORBED_STEP < stamp <= _last_stamp:
+            stamp = _last_stamp + 1
+        _last_stamp = stamp
+        return stamp
+
+
+def new_id(prefix, stamp=None):
     """A unique id that sorts by creation time (microseconds, then 48 random bits)."""
-    return f"{prefix}{time.time_ns() // 1000:014x}{secrets.token_hex(6)}"
+    return f"{prefix}{_stamp() if stamp is None else stamp:014x}{secrets.token_hex(6)}"
 
 
 def new_event_id():
@@ -64,10 +84,14 @@ def raise_event(tenant_id, event_type, data, now, dedupe_key=None, endpoint_id=N
     nothing: there is no one to tell, and the outbox stays small."""
     if only_if_subscribed and not _has_endpoint(tenant_id):
         return None
-    event_id = new_event_id()
+    stamp = _stamp()
+    event_id = new_id("msg_", stamp)
+    # Never before the id's own second: attempts are claimed by when their events were raised,
+    # then by id, and the two must agree when the clock was stepped back between two events.
+    created_at = max(now, stamp // 1_000_000)
     statement = database.current().insert(WebhookEvent.__table__).values(
         tenant_id=tenant_id, id=event_id, type=event_type,
-        data=json.dumps(data, sort_keys=True, separators=(",", ":")), created_at=now,
+        data=json.dumps(data, sort_keys=True, separators=(",", ":")), created_at=created_at,
         endpoint_id=endpoint_id, dedupe_key=dedupe_key)
     db.session.execute(statement.on_conflict_do_nothing())
     return event_id
