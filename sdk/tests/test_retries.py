@@ -1,4 +1,5 @@
 """Retries against a real HTTP server that fails on purpose (pytest-httpserver, raw sockets)."""
+import json
 import re
 import socket
 import ssl
@@ -313,6 +314,21 @@ def test_a_success_status_without_a_json_object_is_a_service_error(httpserver, b
     assert (failed.value.status, failed.value.request_id) == (200, "rid-proxy")
 
 
+@pytest.mark.parametrize("content_type", ["application/json", "text/plain", "text/html",
+                                          "application/json; charset=iso-8859-1"])
+@pytest.mark.parametrize("bom", [b"", b"\xef\xbb\xbf"], ids=["no-bom", "bom"])
+def test_a_cleared_payload_is_read_as_utf_8_whatever_the_content_type_says(httpserver,
+                                                                           content_type, bom):
+    """JSON is UTF-8 (RFC 8259): read as the charset a proxy's Content-Type names (or as
+    requests reads text/*, ISO-8859-1), the payload's text would not be what was signed."""
+    payload = {"answer": "caf\u00e9 \u2013 \U0001f600"}
+    body = json.dumps({"cleared": True, "reason": None, "payload": payload},
+                      ensure_ascii=False).encode("utf-8")
+    httpserver.expect_request("/v1/intent/verify").respond_with_data(
+        bom + body, status=200, content_type=content_type)
+    assert _client(httpserver, Sleeps()).verify("sha256:" + "a" * 64, {}).payload == payload
+
+
 @pytest.mark.parametrize("reply", [
     # Cut off short of its Content-Length, and short of its last chunk.
     b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 90\r\n\r\n{"cleared"',
@@ -461,7 +477,9 @@ def test_settings_requests_takes_are_still_taken():
 
 @pytest.mark.parametrize("kwargs", [
     {"base_url": "127.0.0.1:8000"}, {"base_url": "ftp://h"}, {"base_url": "http://"},
-    {"base_url": "http://h:99999"}, {"base_url": None}, {"timeout": 0}, {"timeout": -1},
+    {"base_url": "http://h:99999"}, {"base_url": None}, {"base_url": "http://127.0.0.1:8000\n"},
+    {"base_url": " http://h"}, {"base_url": "http://h/a b"}, {"base_url": "http://u:p@h"},
+    {"base_url": "http://[::1"}, {"timeout": 0}, {"timeout": -1},
     {"timeout": float("nan")}, {"timeout": (1, 0)}, {"timeout": "30"}, {"max_retries": -1},
     {"max_retries": 1.5}, {"backoff_base": -1}, {"backoff_cap": float("inf")},
 ])

@@ -51,7 +51,8 @@ class Client {
 
   // -- the API ---------------------------------------------------------------------------------
 
-  async generate(userToken, { ttl } = {}) {
+  async generate(userToken, options) {
+    const { ttl } = optionsOf(options, 'generate', '{ ttl }');
     const body = await this.#call('POST', '/v1/intent/generate',
       { json: { user_token: userToken, ...given({ ttl }) },
         expect: ['intent_hash', 'intent_class', 'expires_at'] });
@@ -61,7 +62,8 @@ class Client {
 
   /** One Idempotency-Key for all attempts (a fresh one per call unless given), so a retry after
    *  a lost answer gets the first verdict back instead of `ReplayedIntent`. */
-  async verify(intentHash, response, { idempotencyKey } = {}) {
+  async verify(intentHash, response, options) {
+    const { idempotencyKey } = optionsOf(options, 'verify', '{ idempotencyKey }');
     return (await this.#verify(intentHash, response, idempotencyKey)).result;
   }
 
@@ -89,7 +91,8 @@ class Client {
 
   /** generate, then `callAi(intentHash)` (your call to the AI service, resolving to its signed
    *  answer), then verify: resolves to the cleared payload, or rejects with Blocked. */
-  async guard(userToken, callAi, { ttl } = {}) {
+  async guard(userToken, callAi, options) {
+    const { ttl } = optionsOf(options, 'guard', '{ ttl }');
     const { intentHash } = await this.generate(userToken, { ttl });
     const { result, requestId } = await this.#verify(intentHash, await callAi(intentHash));
     if (result.cleared !== true) throw new Blocked(result.reason, result, { requestId });
@@ -117,7 +120,8 @@ class Client {
   // Creating and revoking are retried only when the request could not be sent: a retry of a
   // creation that went through would make a second key.
 
-  async createKey(name, { expiresIn, scopes } = {}) {
+  async createKey(name, options) {
+    const { expiresIn, scopes } = optionsOf(options, 'createKey', '{ expiresIn, scopes }');
     const json = { name, ...given({ expires_in: expiresIn, scopes }) };
     return camelCase(await this.#call('POST', '/v1/tenant/keys', { json, unsentOnly: true }));
   }
@@ -132,7 +136,8 @@ class Client {
   }
 
   /** Register the AI service's Ed25519 public key (base64 of 32 bytes, or PEM). */
-  async addSigningKey(publicKey, { name, expiresIn } = {}) {
+  async addSigningKey(publicKey, options) {
+    const { name, expiresIn } = optionsOf(options, 'addSigningKey', '{ name, expiresIn }');
     const json = { public_key: publicKey, ...given({ name, expires_in: expiresIn }) };
     return camelCase(await this.#call('POST', '/v1/tenant/signing-keys',
       { json, unsentOnly: true }));
@@ -150,19 +155,22 @@ class Client {
 
   /** Switch to 'bound', 'payload' or 'ed25519'; the previous scheme verifies `graceSeconds`
    *  more. */
-  async setSignatureScheme(scheme, { graceSeconds = 0 } = {}) {
+  async setSignatureScheme(scheme, options) {
+    const { graceSeconds = 0 } = optionsOf(options, 'setSignatureScheme', '{ graceSeconds }');
     return camelCase(await this.#call('PUT', '/v1/tenant/signature-scheme',
       { json: { scheme, grace_seconds: graceSeconds } }));
   }
 
-  async auditLog({ limit = 50, before } = {}) {
+  async auditLog(options) {
+    const { limit = 50, before } = optionsOf(options, 'auditLog', '{ limit, before }');
     const query = new URLSearchParams({ limit: String(limit) });
     if (before !== undefined && before !== null) query.set('before', String(before));
     return (await this.#call('GET', `/v1/tenant/audit-log?${query}`, { expect: ['entries'] }))
       .entries.map(camelCase);
   }
 
-  async dailyUsage({ days = 30 } = {}) {
+  async dailyUsage(options) {
+    const { days = 30 } = optionsOf(options, 'dailyUsage', '{ days }');
     const query = new URLSearchParams({ days: String(days) });
     return (await this.#call('GET', `/v1/tenant/usage/daily?${query}`, { expect: ['days'] }))
       .days.map(camelCase);
@@ -174,13 +182,33 @@ class Client {
 }
 
 /** Whether fetch can take `value` + a path: a malformed URL would otherwise fail in fetch, where
- *  it looks like a network failure and is retried. */
+ *  it looks like a network failure and is retried. As the Python SDK judges it: a host right
+ *  after the `//`, port 0 refused, no space or control character anywhere (the URL parser
+ *  drops a line break from an environment file, fetch then fails at every call) and no
+ *  credentials (fetch refuses them, quoting the URL). */
 function isHttpUrl(value) {
+  if (typeof value !== 'string' || /[\x00-\x20\x7f]/.test(value)
+      || !/^https?:\/\/[^/?#\\@]/i.test(value)) {
+    return false;
+  }
   try {
-    return typeof value === 'string' && /^https?:$/.test(new URL(value).protocol);
+    const url = new URL(value);
+    return /^https?:$/.test(url.protocol) && url.hostname !== '' && url.port !== '0'
+      && url.username === '' && url.password === '';
   } catch {
     return false;
   }
+}
+
+/** A method's options: an object or nothing. A plain value in its place (Python's positional
+ *  argument, `setSignatureScheme('ed25519', 3600)`) would otherwise be read as no options at
+ *  all, and the grace, the ttl or the Idempotency-Key quietly left out. */
+function optionsOf(options, method, names) {
+  if (options === undefined) return {};
+  if (options === null || typeof options !== 'object' || Array.isArray(options)) {
+    throw new TypeError(`${method}'s options must be an object, such as ${names}`);
+  }
+  return options;
 }
 
 /** The members whose value was given (not undefined or null), as the Python SDK leaves out

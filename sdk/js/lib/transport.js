@@ -102,11 +102,14 @@ function jsonBody(value) {
   }
 }
 
-/** Refuse a header fetch would refuse, without echoing it: fetch's own error quotes the value. */
+/** Refuse a header fetch would refuse, without echoing it: fetch's own error quotes the value.
+ *  A space at either end too: fetch strips it, and a different value would be sent (another
+ *  Idempotency-Key's stored verdict answered), as the Python SDK refuses it. */
 function checkHeaders(headers) {
   for (const [name, value] of Object.entries(headers)) {
-    if (typeof value !== 'string' || !/^[\x20-\x7e]+$/.test(value)) {
-      throw new ValidationError(`${name} must be a non-empty string of printable ASCII`);
+    if (typeof value !== 'string' || !/^[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?$/.test(value)) {
+      throw new ValidationError(`${name} must be a non-empty string of printable ASCII, `
+        + 'without a space at either end');
     }
   }
 }

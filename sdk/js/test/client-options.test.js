@@ -18,9 +18,18 @@ test('a bad baseUrl, key or setting is a TypeError that does not quote the key',
     ['http://127.0.0.1', { backoffCap: Infinity }], ['http://127.0.0.1', { retries: 1.5 }],
     ['http://127.0.0.1', { fetch: 'no' }], ['http://127.0.0.1', { timeout: 2 ** 31 }],
     ['http://127.0.0.1', { timeout: 1e10 }], ['http://127.0.0.1', { backoffCap: 2 ** 31 }],
+    // As the Python SDK refuses them: each would fail at every call, as a retried "network
+    // failure" (or fetch's TypeError quoting the password).
+    ['http://127.0.0.1:8000 ', {}], ['http://127.0.0.1:8000\n', {}], ['http:///x', {}],
+    ['http://127.0.0.1:0', {}], ['http://user:hunter2@127.0.0.1', {}],
   ]) {
     assert.throws(() => new Client(baseUrl, { apiKey: KEY, ...options }),
-      (error) => error instanceof TypeError && !error.message.includes(KEY));
+      (error) => error instanceof TypeError && !error.message.includes(KEY)
+        && !error.message.includes('hunter2'));
+  }
+  for (const baseUrl of ['http://127.0.0.1:8000/prefix/', 'HTTPS://Example.com',
+    'http://[::1]:80']) {
+    assert.ok(new Client(baseUrl, { apiKey: KEY }));
   }
   assert.throws(() => new Client('http://127.0.0.1'), TypeError);
 });

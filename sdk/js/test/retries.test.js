@@ -189,5 +189,29 @@ test('a body without a JSON form is refused before anything is sent', async () =
     ValidationError);
   await assert.rejects(client.verify(`sha256:${'a'.repeat(64)}`, signed('x'),
     { idempotencyKey: 'not\nprintable' }), { name: 'ValidationError', message: /Idempotency-Key/ });
+  // fetch would strip the spaces and send another key, whose stored verdict would answer.
+  await assert.rejects(client.verify(`sha256:${'a'.repeat(64)}`, signed('x'),
+    { idempotencyKey: ' order-1 ' }), { name: 'ValidationError', message: /at either end/ });
+  assert.equal(proxy.requests.length, 0);
+});
+
+test('options given as a plain value, as the Python SDK takes them, are refused before '
+  + 'anything is sent, not read as no options', async () => {
+  const client = viaProxy();
+  const hash = `sha256:${'a'.repeat(64)}`;
+  for (const [call, method] of [
+    [() => client.generate('user-token-123', 600), 'generate'],
+    [() => client.verify(hash, signed('x'), 'order-1'), 'verify'],
+    [() => client.guard('user-token-123', async () => signed('x'), 600), 'guard'],
+    [() => client.createKey('n', 3600), 'createKey'],
+    [() => client.addSigningKey('AAAA', 'laptop'), 'addSigningKey'],
+    [() => client.setSignatureScheme('ed25519', 3600), 'setSignatureScheme'],
+    [() => client.auditLog(10), 'auditLog'],
+    [() => client.dailyUsage(7), 'dailyUsage'],
+    [() => client.dailyUsage(null), 'dailyUsage'],
+  ]) {
+    await assert.rejects(call(), (error) => error instanceof TypeError
+      && error.message.startsWith(`${method}'s options must be an object`));
+  }
   assert.equal(proxy.requests.length, 0);
 });

@@ -33,6 +33,7 @@ QUOTA_TEXT = "monthly verification limit reached"
 # is refused here, where requests would raise InvalidHeader quoting the whole key.
 API_KEY_PATTERN = re.compile(r"[\x21-\x7e]+")
 API_KEY_TEXT = "api_key must be a non-empty string of printable ASCII"
+CONTROL_OR_SPACE = re.compile(r"[\x00-\x20\x7f]")
 # An Idempotency-Key requests can send as it is: printable ASCII, no space at either end (which
 # HTTP would strip, or requests refuse with InvalidHeader). Empty is sent: the service's 400.
 IDEMPOTENCY_KEY_PATTERN = re.compile(r"([\x21-\x7e]([\x20-\x7e]*[\x21-\x7e])?)?")
@@ -248,7 +249,10 @@ class Client:
         try:
             # A cleared payload is JCS text, which has no NaN or Infinity: an answer with one
             # is not the service's.
-            body = http.json(parse_int=jcs_number, parse_constant=_no_constant)
+            # Read as JSON is written, UTF-8 (RFC 8259), whatever charset the Content-Type
+            # names: requests' json() decodes a text/* answer as ISO-8859-1, which changed a
+            # cleared payload's non-ASCII text from what was signed.
+            body = json.loads(http.content, parse_int=jcs_number, parse_constant=_no_constant)
         except (ValueError, RecursionError):
             # RecursionError: JSON nested deeper than the interpreter's stack (a proxy's or a
             # hostile answer), which the json module raises instead of ValueError.
@@ -324,18 +328,23 @@ def _positive_number(value):
 
 def _check_base_url(base_url, custom_session):
     """http(s):// with a host; with a session of the caller's, any scheme its adapters may
-    serve (http+unix://, say) with a location."""
+    serve (http+unix://, say) with a location. No space or control character anywhere (a line
+    break from an environment file: urlsplit drops it, requests then refuses the URL at every
+    call), and no credentials in it, as Node's fetch refuses them."""
     try:
         parts = urlsplit(base_url) if isinstance(base_url, str) else None
-        if parts is not None and custom_session and parts.scheme not in ("http", "https"):
+        if parts is not None and (CONTROL_OR_SPACE.search(base_url) or "@" in parts.netloc):
+            valid = False
+        elif parts is not None and custom_session and parts.scheme not in ("http", "https"):
             valid = bool(parts.scheme and parts.netloc)
         else:
             valid = (parts is not None and parts.scheme in ("http", "https")
                      and bool(parts.hostname) and (parts.port is None or parts.port > 0))
-    except ValueError:  # a port out of range or not a number
+    except ValueError:  # a port out of range or not a number, a bracket left open
         valid = False
     if not valid:
-        raise ValidationError("base_url must be an http:// or https:// URL with a host")
+        raise ValidationError("base_url must be an http:// or https:// URL with a host, "
+                              "without spaces or credentials")
 
 
 def _retry_after(http):
