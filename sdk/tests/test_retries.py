@@ -419,6 +419,21 @@ def test_a_json_object_that_is_not_the_answer_is_a_service_error(httpserver, pat
     assert client.api_key == KEY
 
 
+@pytest.mark.parametrize("path, member, call", [
+    ("/v1/tenant/keys", "keys", lambda client: client.list_keys()),
+    ("/v1/tenant/signing-keys", "signing_keys", lambda client: client.list_signing_keys()),
+    ("/v1/tenant/audit-log", "entries", lambda client: client.audit_log()),
+    ("/v1/tenant/usage/daily", "days", lambda client: client.daily_usage()),
+])
+@pytest.mark.parametrize("records", ["abc", None, {"id": 1}, [1, 2]])
+def test_a_list_that_is_not_a_list_of_records_is_a_service_error(httpserver, path, member, call,
+                                                                   records):
+    """Not a string or None handed back as the keys, the entries or the days."""
+    httpserver.expect_request(path).respond_with_json({member: records})
+    with pytest.raises(ServiceError, match=f"answered 200 without a list of {member}"):
+        call(_client(httpserver, Sleeps()))
+
+
 @pytest.mark.parametrize("revoke, key_id, path", [
     ("revoke_key", "../signing-keys/3", "/v1/tenant/keys/..%2Fsigning-keys%2F3"),
     ("revoke_signing_key", "../keys/3", "/v1/tenant/signing-keys/..%2Fkeys%2F3"),
@@ -451,6 +466,12 @@ def test_query_values_are_encoded_as_node_encodes_them(httpserver, call, query):
     '{"cleared": true, "reason": 7, "payload": null}',
     '{"cleared": true, "reason": null, "payload": "ok"}',
     '{"cleared": true, "reason": null, "payload": {"n": NaN}}',
+    # Each member of its type, not of its verdict: cleared with a reason or without a payload,
+    # blocked with a payload or without a reason.
+    '{"cleared": true, "reason": "InvalidSignature", "payload": null}',
+    '{"cleared": true, "reason": null, "payload": null}',
+    '{"cleared": false, "reason": null, "payload": {"answer": "ok"}}',
+    '{"cleared": false, "reason": null, "payload": null}',
 ])
 def test_a_verdict_not_in_the_services_shape_never_clears(httpserver, verdict):
     """A gate fails closed: "false" is truthy, and a proxy's or a hostile answer is no verdict."""

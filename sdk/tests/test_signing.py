@@ -96,3 +96,10 @@ SECRET, HASH = VECTORS[0]["secret"], VECTORS[0]["intent_hash"]
 def test_what_the_service_would_refuse_is_not_signed(arguments, refusal, text):
     with pytest.raises(refusal, match=text):
         sign_response(*arguments)
+
+
+def test_scale_response_refuses_an_empty_match_id_rather_than_making_one_up():
+    """None fills in a fresh id; an empty one given is refused, as sign_response refuses it."""
+    with pytest.raises(ValueError, match="match_id must not be empty"):
+        ScaleResponse.sign(SECRET, HASH, {}, match_id="")
+    assert ScaleResponse.sign(SECRET, HASH, {}, match_id=None).match_id

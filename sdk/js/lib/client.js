@@ -78,9 +78,9 @@ class Client {
     // cleared (a proxy's or a hostile answer), it throws.
     const isObject = (value) => value !== null && typeof value === 'object'
       && !Array.isArray(value);
-    if (typeof body.cleared !== 'boolean'
-        || !(body.reason === null || typeof body.reason === 'string')
-        || !(body.payload === null || isObject(body.payload))) {
+    // Cleared is a payload and no reason, blocked a reason and no payload: nothing else.
+    if (!(body.cleared === true && body.reason === null && isObject(body.payload))
+        && !(body.cleared === false && typeof body.reason === 'string' && body.payload === null)) {
       throw new ServiceError(`the service answered ${status} without a verdict`,
         { status, requestId: headers.get('X-Request-Id') });
     }
@@ -127,7 +127,7 @@ class Client {
   }
 
   async listKeys() {
-    return (await this.#call('GET', '/v1/tenant/keys', { expect: ['keys'] })).keys.map(camelCase);
+    return this.#list('GET', '/v1/tenant/keys', 'keys');
   }
 
   async revokeKey(keyId) {
@@ -144,8 +144,7 @@ class Client {
   }
 
   async listSigningKeys() {
-    return (await this.#call('GET', '/v1/tenant/signing-keys', { expect: ['signing_keys'] }))
-      .signing_keys.map(camelCase);
+    return this.#list('GET', '/v1/tenant/signing-keys', 'signing_keys');
   }
 
   async revokeSigningKey(keyId) {
@@ -165,19 +164,31 @@ class Client {
     const { limit = 50, before } = optionsOf(options, 'auditLog', '{ limit, before }');
     const query = new URLSearchParams({ limit: String(limit) });
     if (before !== undefined && before !== null) query.set('before', String(before));
-    return (await this.#call('GET', `/v1/tenant/audit-log?${query}`, { expect: ['entries'] }))
-      .entries.map(camelCase);
+    return this.#list('GET', `/v1/tenant/audit-log?${query}`, 'entries');
   }
 
   async dailyUsage(options) {
     const { days = 30 } = optionsOf(options, 'dailyUsage', '{ days }');
     const query = new URLSearchParams({ days: String(days) });
-    return (await this.#call('GET', `/v1/tenant/usage/daily?${query}`, { expect: ['days'] }))
-      .days.map(camelCase);
+    return this.#list('GET', `/v1/tenant/usage/daily?${query}`, 'days');
   }
 
   async #call(method, path, options) {
     return (await this.#transport.request(method, path, options)).body;
+  }
+
+  /** The answer's list of records (`member`), in camelCase: anything else is not the service's
+   *  answer (a proxy's, a hostile one), a ServiceError rather than a TypeError from `map`. */
+  async #list(method, path, member) {
+    const { body, headers, status } = await this.#transport.request(method, path,
+      { expect: [member] });
+    const records = body[member];
+    if (!Array.isArray(records) || !records.every((record) => record !== null
+        && typeof record === 'object' && !Array.isArray(record))) {
+      throw new ServiceError(`the service answered ${status} without a list of ${member}`,
+        { status, requestId: headers.get('X-Request-Id') });
+    }
+    return records.map(camelCase);
   }
 }
 

@@ -62,12 +62,30 @@ test('guard fails closed: a verdict not in the service\'s shape never clears', a
   for (const verdict of ['{"cleared":"false","reason":null,"payload":null}',
     '{"cleared":1,"reason":null,"payload":{"answer":"ok"}}',
     '{"cleared":true,"reason":7,"payload":null}',
-    '{"cleared":true,"reason":null,"payload":"ok"}']) {
+    '{"cleared":true,"reason":null,"payload":"ok"}',
+    // Each member of its type, not of its verdict.
+    '{"cleared":true,"reason":"InvalidSignature","payload":null}',
+    '{"cleared":true,"reason":null,"payload":null}',
+    '{"cleared":false,"reason":null,"payload":{"answer":"ok"}}',
+    '{"cleared":false,"reason":null,"payload":null}']) {
     const fetch = async (url) => new Response(url.endsWith('/generate') ? intent : verdict,
       { status: 200, headers: { 'Content-Type': 'application/json' } });
     const client = new Client('http://127.0.0.1', { apiKey: KEY, fetch });
     await assert.rejects(client.guard('user-token-123', async () => ({})),
       (error) => error.name === 'ServiceError' && /without a verdict/.test(error.message),
       verdict);
+  }
+});
+
+test('a list that is not a list of records is a ServiceError, not a TypeError', async () => {
+  for (const [call, member] of [[(client) => client.listKeys(), 'keys'],
+    [(client) => client.listSigningKeys(), 'signing_keys'],
+    [(client) => client.auditLog(), 'entries'], [(client) => client.dailyUsage(), 'days']]) {
+    for (const records of ['"abc"', 'null', '{"id":1}', '[1,2]', '[null]']) {
+      const client = new Client('http://127.0.0.1', {
+        apiKey: KEY, fetch: answering(`{"${member}":${records}}`) });
+      await assert.rejects(call(client), (error) => error.name === 'ServiceError'
+        && error.message === `the service answered 200 without a list of ${member}`, records);
+    }
   }
 });

@@ -116,9 +116,11 @@ class Client:
                                      expect=("cleared", "reason", "payload"))
         # A verdict is the service's only in its own shape: a gate never takes "false" or 1
         # for cleared (a proxy's or a hostile answer), it raises.
-        if not (isinstance(answer["cleared"], bool)
-                and isinstance(answer["reason"], (str, type(None)))
-                and isinstance(answer["payload"], (dict, type(None)))):
+        # Cleared is a payload and no reason, blocked a reason and no payload: nothing else.
+        if not (answer["cleared"] is True and answer["reason"] is None
+                and isinstance(answer["payload"], dict)
+                or answer["cleared"] is False and isinstance(answer["reason"], str)
+                and answer["payload"] is None):
             raise ServiceError(f"the service answered {http.status_code} without a verdict",
                                status=http.status_code,
                                request_id=http.headers.get("X-Request-Id"))
@@ -157,7 +159,7 @@ class Client:
         return self._request("POST", "/v1/tenant/keys", json=body, unsent_only=True)[0]
 
     def list_keys(self):
-        return self._request("GET", "/v1/tenant/keys", expect=("keys",))[0]["keys"]
+        return self._list("GET", "/v1/tenant/keys", "keys")
 
     def revoke_key(self, key_id):
         return self._request("DELETE", f"/v1/tenant/keys/{_segment(key_id)}", unsent_only=True)[0]
@@ -169,8 +171,7 @@ class Client:
         return self._request("POST", "/v1/tenant/signing-keys", json=body, unsent_only=True)[0]
 
     def list_signing_keys(self):
-        return self._request("GET", "/v1/tenant/signing-keys",
-                             expect=("signing_keys",))[0]["signing_keys"]
+        return self._list("GET", "/v1/tenant/signing-keys", "signing_keys")
 
     def revoke_signing_key(self, key_id):
         return self._request("DELETE", f"/v1/tenant/signing-keys/{_segment(key_id)}",
@@ -186,12 +187,10 @@ class Client:
         # Encoded, as Node's URLSearchParams does: a `before` of '5&limit=200' is one value, not
         # a second parameter, and a `before` of 0 is sent, not dropped.
         query = urlencode({"limit": limit, **({"before": before} if before is not None else {})})
-        return self._request("GET", "/v1/tenant/audit-log?" + query,
-                             expect=("entries",))[0]["entries"]
+        return self._list("GET", "/v1/tenant/audit-log?" + query, "entries")
 
     def daily_usage(self, days=30):
-        return self._request("GET", "/v1/tenant/usage/daily?" + urlencode({"days": days}),
-                             expect=("days",))[0]["days"]
+        return self._list("GET", "/v1/tenant/usage/daily?" + urlencode({"days": days}), "days")
 
     def guard(self, user_token, call_ai, ttl=None):
         """Generate an intent, call the AI with its hash, verify the answer; return the payload.
@@ -207,6 +206,18 @@ class Client:
         return result.payload
 
     # -- transport ---------------------------------------------------------------------------
+
+    def _list(self, method, path, member):
+        """The answer's list of records (`member`): anything else is not the service's answer
+        (a proxy's, a hostile one), an error of ours rather than a string or None returned."""
+        answer, http = self._request(method, path, expect=(member,))
+        records = answer[member]
+        if not (isinstance(records, list) and all(isinstance(record, dict)
+                                                   for record in records)):
+            raise ServiceError(f"the service answered {http.status_code} without a list of "
+                               f"{member}", status=http.status_code,
+                               request_id=http.headers.get("X-Request-Id"))
+        return records
 
     def _request(self, method, path, headers=None, json=None, unsent_only=False, expect=()):
         """The answer and the response; `expect` names the members the caller reads."""

@@ -128,7 +128,7 @@ class ScaleResponse:
 
     @classmethod
     def sign(cls, secret, intent_hash, payload, match_id=None, timestamp=None, scheme="bound"):
-        match_id = match_id or uuid.uuid4().hex
+        match_id = uuid.uuid4().hex if match_id is None else match_id  # "" is refused
         timestamp = int(time.time()) if timestamp is None else timestamp
         signature = sign_response(secret, intent_hash, match_id, timestamp, payload, scheme)
         return cls(match_id, payload, timestamp, signature)
@@ -136,7 +136,7 @@ class ScaleResponse:
     @classmethod
     def sign_ed25519(cls, private_key, intent_hash, payload, match_id=None, timestamp=None):
         """As `sign`, for a tenant on the ed25519 scheme: signed with the AI service's key."""
-        match_id = match_id or uuid.uuid4().hex
+        match_id = uuid.uuid4().hex if match_id is None else match_id  # "" is refused
         timestamp = int(time.time()) if timestamp is None else timestamp
         signature = sign_response_ed25519(private_key, intent_hash, match_id, timestamp, payload)
         return cls(match_id, payload, timestamp, signature)
