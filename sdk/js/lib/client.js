@@ -76,8 +76,6 @@ class Client {
     });
     // A verdict is the service's only in its own shape: a gate never takes "false" or 1 for
     // cleared (a proxy's or a hostile answer), it throws.
-    const isObject = (value) => value !== null && typeof value === 'object'
-      && !Array.isArray(value);
     // Cleared is a payload and no reason, blocked a reason and no payload: nothing else.
     if (!(body.cleared === true && body.reason === null && isObject(body.payload))
         && !(body.cleared === false && typeof body.reason === 'string' && body.payload === null)) {
@@ -183,8 +181,7 @@ class Client {
     const { body, headers, status } = await this.#transport.request(method, path,
       { expect: [member] });
     const records = body[member];
-    if (!Array.isArray(records) || !records.every((record) => record !== null
-        && typeof record === 'object' && !Array.isArray(record))) {
+    if (!Array.isArray(records) || !records.every(isObject)) {
       throw new ServiceError(`the service answered ${status} without a list of ${member}`,
         { status, requestId: headers.get('X-Request-Id') });
     }
@@ -216,10 +213,15 @@ function isHttpUrl(value) {
  *  all, and the grace, the ttl or the Idempotency-Key quietly left out. */
 function optionsOf(options, method, names) {
   if (options === undefined) return {};
-  if (options === null || typeof options !== 'object' || Array.isArray(options)) {
+  if (!isObject(options)) {
     throw new TypeError(`${method}'s options must be an object, such as ${names}`);
   }
   return options;
+}
+
+/** A JSON object: not null, not an array. */
+function isObject(value) {
+  return value !== null && typeof value === 'object' && !Array.isArray(value);
 }
 
 /** The members whose value was given (not undefined or null), as the Python SDK leaves out
