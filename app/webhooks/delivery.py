@@ -97,26 +97,30 @@ def claim(now, lease_seconds):
     with unit_of_work():
         busy = []  # endpoints found busy by this claim: the next candidate is another's
         for _ in range(CLAIM_CANDIDATES):
-            attempt = db.session.execute(
-                select(WebhookDelivery)
-                .where(WebhookDelivery.at.is_(None), WebhookDelivery.scheduled_at <= now,
-                       or_(WebhookDelivery.leased_until.is_(None),
-                           WebhookDelivery.leased_until < now),
-                       not_(_in_flight(WebhookDelivery.tenant_id, WebhookDelivery.endpoint_id,
-                                       now)),
-                       *(not_(and_(WebhookDelivery.tenant_id == tenant_id,
-                                   WebhookDelivery.endpoint_id == endpoint_id))
-                         for tenant_id, endpoint_id in busy))
-                # Event ids sort by creation: an endpoint's first attempts, due from when their
-                # events were raised, go in the events' order.
-                .order_by(WebhookDelivery.scheduled_at, WebhookDelivery.event_id,
-                          WebhookDelivery.id).limit(1)
-                .with_for_update(skip_locked=True)).scalar_one_or_none()
+            # A savepoint per candidate: one whose endpoint is busy is let go of at once, so
+            # that the claim holding that endpoint, which waits for its first attempt below,
+            # never waits for this claim.
+            candidate = db.session.begin_nested()
+            attempt = _first_due(
+                now, not_(_in_flight(WebhookDelivery.tenant_id, WebhookDelivery.endpoint_id,
+                                     now)),
+                *(not_(and_(WebhookDelivery.tenant_id == tenant_id,
+                            WebhookDelivery.endpoint_id == endpoint_id))
+                  for tenant_id, endpoint_id in busy), skip_locked=True)
             if attempt is None:
+                candidate.commit()
                 return None
+            endpoint_key = (attempt.tenant_id, attempt.endpoint_id)
             if _endpoint_free(attempt, now):
+                candidate.commit()
+                # The endpoint's first due attempt, waited for: a claim that found the endpoint
+                # busy may have held an earlier one's row a moment, and the statement above
+                # skipped it. With the endpoint locked, this claim alone takes its attempts.
+                attempt = _first_due(now, WebhookDelivery.tenant_id == endpoint_key[0],
+                                     WebhookDelivery.endpoint_id == endpoint_key[1])
                 break
-            busy.append((attempt.tenant_id, attempt.endpoint_id))
+            candidate.rollback()
+            busy.append(endpoint_key)
         else:
             return None
         attempt.leased_until, attempt.lease_token = now + lease_seconds, token
@@ -127,6 +131,20 @@ def claim(now, lease_seconds):
         event = db.session.get(WebhookEvent, (attempt.tenant_id, attempt.event_id),
                                populate_existing=True)
     return attempt, endpoint, event, token
+
+
+def _first_due(now, *conditions, skip_locked=False):
+    """The first attempt due at `now` and not leased, under `conditions`, locked."""
+    return db.session.execute(
+        select(WebhookDelivery)
+        .where(WebhookDelivery.at.is_(None), WebhookDelivery.scheduled_at <= now,
+               or_(WebhookDelivery.leased_until.is_(None), WebhookDelivery.leased_until < now),
+               *conditions)
+        # Event ids sort by creation: an endpoint's first attempts, due from when their events
+        # were raised, go in the events' order.
+        .order_by(WebhookDelivery.scheduled_at, WebhookDelivery.event_id,
+                  WebhookDelivery.id).limit(1)
+        .with_for_update(skip_locked=skip_locked)).scalar_one_or_none()
 
 
 def _in_flight(tenant_id, endpoint_id, now):
