@@ -199,6 +199,39 @@ def test_attempts_go_in_the_events_order_however_the_workers_shared_their_dispat
     assert [request["headers"]["webhook-id"] for request in arrived] == raised
 
 
+def test_a_claim_waits_for_its_endpoints_first_attempt_rather_than_take_a_later_one(
+        app, client, tenant, leak_watch):
+    """Another claim, which found the endpoint busy, holds the first attempt's row for a
+    moment: the skip-locked scan passed over it, and the claim leased the second event's
+    attempt first (CI's scaled-out run)."""
+    if not TEST_DATABASE_URL:
+        pytest.skip("PostgreSQL's row locks: SQLite serialises the claims")
+    webhook_id = _create(client, tenant, "http://127.0.0.1:9/", leak_watch,
+                         events=["usage.threshold"])["id"]
+    raised = [client.post(f"/v1/tenant/webhooks/{webhook_id}/test",
+                          headers=tenant.headers).get_json()["event_id"] for _ in range(2)]
+    with app.app_context():
+        delivery.dispatch(now_seconds())
+    holding = postgresql_connection()  # the other claim, before it finds the endpoint busy
+    claimed = []
+    try:
+        holding.cursor().execute(
+            "SELECT 1 FROM webhook_deliveries WHERE event_id = %s FOR UPDATE", (raised[0],))
+
+        def claim():
+            with app.app_context():
+                claimed.append(delivery.claim(now_seconds(), 60)[0].event_id)
+
+        claiming = threading.Thread(target=claim)
+        claiming.start()
+        wait_for_a_lock_wait(holding.dsn)  # the claim reached the first attempt's row
+    finally:
+        holding.rollback()
+        holding.close()
+    claiming.join(timeout=30)
+    assert claimed == [raised[0]]
+
+
 def test_attempts_go_in_the_events_order_when_the_clock_steps_back_between_them(
         app, client, tenant, leak_watch):
     """A time sync or a VM's resume can step the host's clock back a few milliseconds, here
