@@ -4,8 +4,8 @@ import time
 import uuid
 
 from flask import current_app, g, request
-from gunicorn.http.errors import ParseException
-from werkzeug.exceptions import RequestEntityTooLarge
+from gunicorn.http.errors import NoMoreData, ParseException
+from werkzeug.exceptions import ClientDisconnected, RequestEntityTooLarge
 
 from app import strict_json
 from app.errors import BadRequest, NotFound, NotImplementedCoding, UnsupportedMediaType
@@ -14,6 +14,7 @@ from app.schemas import RequestSchema
 
 REQUEST_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,128}")
 UNSUPPORTED_CODING = "transfer coding not supported"
+INCOMPLETE_BODY = "request body is incomplete: the connection ended before all of it arrived"
 # The transfer codings of a body the app reads (gunicorn takes chunked framing apart).
 FRAMINGS = frozenset(("chunked", "identity"))
 _NO_FIELDS = RequestSchema()
@@ -49,11 +50,8 @@ def _parse_body(allow_empty):
     if request.headers.get("Content-Encoding", "identity").lower() != "identity":
         raise UnsupportedMediaType("Content-Encoding is not supported: send the body uncompressed",
                                    headers={"Accept-Encoding": "identity"})
-    try:
-        body = strict_json.loads(raw)
-    except BadRequest:
-        _refuse_compressed_transfer()  # compressed bytes are never JSON: say why
-        raise
+    _refuse_compressed_transfer()
+    body = strict_json.loads(raw)
     if not isinstance(body, dict):
         raise BadRequest(strict_json.NOT_AN_OBJECT)
     return body
@@ -62,8 +60,8 @@ def _parse_body(allow_empty):
 def _refuse_compressed_transfer():
     """501, as gunicorn answers a transfer coding it does not know, for a body compressed in
     transit: gunicorn takes chunked framing apart itself, but passes a compression before it
-    ("gzip, chunked") on to the app as it came. Asked only of a body that is no JSON (which
-    such a body never is), so that a valid one costs nothing more."""
+    ("gzip, chunked") on to the app as it came. Whatever the bytes: a body labelled compressed
+    that happens to parse as JSON is not read as if the label were not there."""
     codings = request.environ.get("HTTP_TRANSFER_ENCODING")
     if codings and not FRAMINGS.issuperset(
             coding.strip(" \t").lower() for coding in codings.split(",")):
@@ -93,14 +91,24 @@ def _read_body():
         raw = request.get_data(cache=True)
         # Werkzeug stops a chunked body (no Content-Length) at the limit without a word; one
         # more byte from the server's stream tells a body cut short from one exactly that long.
-        if request.content_length is None:
+        expected = request.content_length
+        if expected is None:
             limit = request.max_content_length
             if limit is not None and len(raw) >= limit and request.environ["wsgi.input"].read(1):
                 raise RequestEntityTooLarge()
+        elif len(raw) < expected:
+            # gunicorn hands over what came before the client closed its side of the connection
+            # (Werkzeug trusts it to end the stream where the body ends): a cut body may still
+            # parse, and must not be served as if it were whole.
+            raise BadRequest(INCOMPLETE_BODY)
     except ParseException:
         # gunicorn parses chunked framing lazily, while the app reads: a malformed chunk size
         # or terminator surfaces here.
         raise BadRequest("request body has malformed chunked encoding") from None
+    except (NoMoreData, ClientDisconnected):
+        # The connection ended inside a chunked body (gunicorn's NoMoreData, which Werkzeug's
+        # stream, bounding the read at the limit, turns into ClientDisconnected).
+        raise BadRequest(INCOMPLETE_BODY) from None
     return raw
 
 

@@ -326,10 +326,13 @@ def test_control_characters_inside_the_payload_are_data(client, tenant):
 
 # -- Through gunicorn: chunked bodies ------------------------------------------------------
 
-def _raw_exchange(port, head, body_bytes, timeout=15):
-    """Send one HTTP/1.1 request as raw bytes; return (status, headers, JSON body)."""
+def _raw_exchange(port, head, body_bytes, timeout=15, half_close=False):
+    """Send one HTTP/1.1 request as raw bytes; return (status, headers, JSON body).
+    `half_close`: then close the sending side, as a client cut off in the middle of its body."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as connection:
         connection.sendall(head.encode("latin-1") + body_bytes)
+        if half_close:
+            connection.shutdown(socket.SHUT_WR)
         received = b""
         while b"\r\n\r\n" not in received:
             received += _recv(connection)
@@ -364,6 +367,23 @@ def _chunked_head(path, api_key):
             "Connection: close\r\n\r\n")
 
 
+def _length_head(path, api_key, length, extra_lines=""):
+    return (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Service-Key: {api_key}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {length}\r\n{extra_lines}"
+            "Connection: close\r\n\r\n")
+
+
+def _signed_verify_body(port, created, payload):
+    """A verify body for a fresh intent of the tenant `created`, signed with its secret."""
+    generate = b'{"user_token": "hostile-user-token"}'
+    status, _, issued = _raw_exchange(port, _length_head("/v1/intent/generate", created["api_key"],
+                                                         len(generate)), generate)
+    assert status == 200
+    signed = ScaleResponse.sign(created["signing_secret"], issued["intent_hash"], payload)
+    return json.dumps({"original_intent_hash": issued["intent_hash"],
+                       "response": signed.to_dict()}).encode()
+
+
 @pytest.fixture
 def served(embedded_gunicorn, leak_watch):
     """gunicorn on the embedded defaults, with one tenant: (server, credentials)."""
@@ -395,18 +415,65 @@ def test_chunked_bodies_through_gunicorn_are_held_to_64_kib_and_well_formed(serv
         assert body["request_id"] == headers["x-request-id"]
 
 
+def test_a_body_cut_short_is_refused_not_served_as_whole_through_gunicorn(served):
+    """gunicorn hands the app what came before the client closed its side of the connection.
+    A verify cut short of its Content-Length, yet still a whole JSON object, was judged (its
+    intent consumed and counted), and a cut generate issued an intent."""
+    server, created = served
+    key = created["api_key"]
+    body = _signed_verify_body(server.port, created, {"answer": "cut short"})
+    verify = "/v1/intent/verify"
+    cut_short = [
+        (_length_head(verify, key, len(body) + 50), body),
+        (_length_head(verify, key, len(body) + 1), body),
+        (_length_head("/v1/intent/generate", key, 100), b'{"user_token": "hostile-user-token"}'),
+        (_chunked_head(verify, key), b"%x\r\n%s\r\n" % (len(body), body)),  # no last chunk
+        (_chunked_head(verify, key), b"%x\r\n%s" % (len(body) + 10, body)),  # inside a chunk
+    ]
+    for head, sent in cut_short:
+        status, headers, answer = _raw_exchange(server.port, head, sent, half_close=True)
+        assert (status, answer) == (400, {
+            "error": "request body is incomplete: the connection ended before all of it arrived",
+            "request_id": headers["x-request-id"]})
+    # Nothing was judged: the intent is unused, and the whole body clears.
+    status, _, answer = _raw_exchange(server.port, _length_head(verify, key, len(body)), body)
+    assert (status, answer["cleared"]) == (200, True)
+
+
+def test_two_idempotency_keys_are_refused_through_gunicorn(served):
+    """gunicorn joins two Idempotency-Key lines with a comma: a verify judged under the joined
+    key was judged again when its retry sent either key alone."""
+    server, created = served
+    body = _signed_verify_body(server.port, created, {"answer": "retried"})
+    twice = "Idempotency-Key: first-key\r\nIdempotency-Key: second-key\r\n"
+    status, headers, answer = _raw_exchange(
+        server.port, _length_head("/v1/intent/verify", created["api_key"], len(body), twice), body)
+    assert (status, answer["error"]) == (400, "Idempotency-Key must be one value, without a comma "
+                                              "(two Idempotency-Key headers arrive joined by one)")
+    once = _length_head("/v1/intent/verify", created["api_key"], len(body),
+                        "Idempotency-Key: first-key\r\n")
+    for replayed in ("absent", "true"):  # judged once, then replayed
+        status, headers, answer = _raw_exchange(server.port, once, body)
+        assert (status, answer["cleared"]) == (200, True)
+        assert headers.get("idempotent-replayed", "absent") == replayed
+
+
 def test_a_compressed_body_is_refused_not_read_as_json_through_gunicorn(served):
     """gunicorn takes chunked framing apart itself, but passes a compression before it
     ("gzip, chunked") on to the app as it came: the compressed bytes were read as JSON (a 400
     naming invalid JSON). The app now answers as gunicorn does a coding it does not know."""
     server, created = served
     compressed = _chunked(gzip.compress(b'{"user_token": "hostile-user-token"}'))
+    # Labelled compressed, the body is refused whatever its bytes: plain JSON under that label
+    # was read as JSON (an intent issued) where a compressed one was refused.
+    plain = _chunked(b'{"user_token": "hostile-user-token"}')
     for coding in ("gzip, chunked", "deflate,chunked", "GZip , chunked"):
         head = _chunked_head("/v1/intent/generate", created["api_key"]).replace(
             "Transfer-Encoding: chunked", f"Transfer-Encoding: {coding}")
-        status, headers, body = _raw_exchange(server.port, head, compressed)
-        assert (status, body) == (501, {"error": "transfer coding not supported",
-                                        "request_id": headers["x-request-id"]})
+        for sent in (compressed, plain):
+            status, headers, body = _raw_exchange(server.port, head, sent)
+            assert (status, body) == (501, {"error": "transfer coding not supported",
+                                            "request_id": headers["x-request-id"]})
     # Chunked alone (or after identity) is read as ever.
     for coding in ("chunked", "identity, chunked"):
         head = _chunked_head("/v1/intent/generate", created["api_key"]).replace(

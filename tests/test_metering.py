@@ -156,6 +156,18 @@ def test_bad_idempotency_keys(client, tenant):
         assert_envelope(response, 400, "Idempotency-Key must be 1 to 255 printable ASCII characters")
 
 
+def test_an_idempotency_key_with_a_comma_is_refused_and_nothing_judged(client, tenant):
+    """Two Idempotency-Key headers reach the app as one value joined by a comma: judged under
+    that joined key, a retry sending either key alone was judged again (ReplayedIntent)."""
+    intent_hash = _generate(client, tenant).get_json()["intent_hash"]
+    for joined in ("first-key,second-key", "first-key, second-key", ","):
+        response = _verify(client, tenant, intent_hash, headers={"Idempotency-Key": joined})
+        assert_envelope(response, 400, "Idempotency-Key must be one value, without a comma "
+                                        "(two Idempotency-Key headers arrive joined by one)")
+    retried = _verify(client, tenant, intent_hash, headers={"Idempotency-Key": "first-key"})
+    assert retried.get_json()["cleared"] and "Idempotent-Replayed" not in retried.headers
+
+
 def test_count_never_passes_the_limit(client, make_tenant):
     tenant = make_tenant("free")
     set_usage(client.application, tenant.tenant_id, 998)

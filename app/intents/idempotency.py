@@ -20,7 +20,9 @@ WINDOW_SECONDS = 24 * 3600
 # The OpenAPI description of the header, and of the answer's mark on a replay.
 PARAMETER = {"name": HEADER, "in": "header", "required": False,
              "description": "Retries with the same key and body within 24 h replay the verdict.",
-             "schema": {"type": "string", "minLength": 1, "maxLength": 255}}
+             "schema": {"type": "string", "minLength": 1, "maxLength": 255,
+                        # printable ASCII but the comma (see key_from_request)
+                        "pattern": "^[\\x20-\\x2b\\x2d-\\x7e]*$"}}
 REPLAYED = {"Idempotent-Replayed": "true"}
 RESPONSE_HEADERS = {"Idempotent-Replayed": {
     "description": "`true` when this verify result replays an earlier one.",
@@ -34,6 +36,11 @@ def key_from_request():
         return None
     if not 1 <= len(key) <= 255 or not key.isprintable() or not key.isascii():
         raise BadRequest("Idempotency-Key must be 1 to 255 printable ASCII characters")
+    if "," in key:
+        # Two Idempotency-Key header lines reach the app joined by a comma (RFC 9110 5.3):
+        # taken as one key, a retry sending either one alone would be judged again.
+        raise BadRequest("Idempotency-Key must be one value, without a comma (two "
+                         "Idempotency-Key headers arrive joined by one)")
     return key
 
 
