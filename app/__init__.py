@@ -94,7 +94,9 @@ class IntentGate(Flask):
 
 
 def create_app(overrides=None):
-    app = IntentGate(__name__, instance_relative_config=True)
+    # No static folder: an API serves no files, and Flask's /static/<path> route would answer
+    # OPTIONS with GET allowed on paths whose GET is a 404.
+    app = IntentGate(__name__, instance_relative_config=True, static_folder=None)
     configure(app, overrides)
     logs.init_app(app)
     register_extensions(app)

@@ -166,12 +166,14 @@ def test_parameters_and_bodies_come_from_the_views(client):
 
 
 def test_only_the_document_is_served(app, client):
-    """flask-smorest adds no route of its own (no Swagger UI, ReDoc or RapiDoc pages)."""
+    """flask-smorest adds no route of its own (no Swagger UI, ReDoc or RapiDoc pages), and Flask
+    none for static files (its /static route answered OPTIONS with GET allowed)."""
     others = {rule.rule for rule in app.url_map.iter_rules()
               if not (rule.rule.startswith("/v1/") or rule.rule == "/health")}
-    assert others == {"/openapi.json", "/metrics", "/static/<path:filename>"}
-    for page in ("/swagger-ui", "/redoc", "/rapidoc", "/docs"):
+    assert others == {"/openapi.json", "/metrics"}
+    for page in ("/swagger-ui", "/redoc", "/rapidoc", "/docs", "/static/app.js"):
         assert_envelope(client.get(page), 404, "not found")
+    assert_envelope(client.options("/static/app.js"), 404, "not found")
 
 
 def test_decorated_views_parse_bodies_and_queries_as_before(client, tenant, runner, leak_watch):
