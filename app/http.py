@@ -24,9 +24,10 @@ def json_body(allow_empty=False):
     """Return the request body as a dict, or raise the contract's 4xx for anything else.
     Parsed once per request: the view may read again what its schema loaded (verify digests
     the body as sent)."""
-    body = g.get("json_body")
+    state = g._get_current_object()  # each proxy looked through once: on every request
+    body = state.get("json_body")
     if body is None:
-        body = g.json_body = _parse_body(allow_empty)
+        body = state.json_body = _parse_body(request._get_current_object(), state, allow_empty)
     return body
 
 
@@ -37,64 +38,63 @@ def no_body():
     _NO_FIELDS.load(json_body(allow_empty=True))
 
 
-def _parse_body(allow_empty):
-    raw = _body_bytes()
+def _parse_body(asked, state, allow_empty):
+    raw = _body_bytes(asked, state)
     if allow_empty and not raw:
         return {}
     # application/json itself: not any +json type, whose rules (a JSON patch, say) are not ours.
-    if request.mimetype != "application/json":
+    if asked.mimetype != "application/json":
         raise BadRequest("Content-Type must be application/json")
-    charset = request.mimetype_params.get("charset")
+    charset = asked.mimetype_params.get("charset")
     if charset is not None and charset.lower() not in ("utf-8", "utf8"):
         raise BadRequest(strict_json.NOT_UTF8)
-    if request.headers.get("Content-Encoding", "identity").lower() != "identity":
+    if asked.headers.get("Content-Encoding", "identity").lower() != "identity":
         raise UnsupportedMediaType("Content-Encoding is not supported: send the body uncompressed",
                                    headers={"Accept-Encoding": "identity"})
-    _refuse_compressed_transfer()
+    _refuse_compressed_transfer(asked.environ.get("HTTP_TRANSFER_ENCODING"))
     body = strict_json.loads(raw)
     if not isinstance(body, dict):
         raise BadRequest(strict_json.NOT_AN_OBJECT)
     return body
 
 
-def _refuse_compressed_transfer():
+def _refuse_compressed_transfer(codings):
     """501, as gunicorn answers a transfer coding it does not know, for a body compressed in
     transit: gunicorn takes chunked framing apart itself, but passes a compression before it
     ("gzip, chunked") on to the app as it came. Whatever the bytes: a body labelled compressed
     that happens to parse as JSON is not read as if the label were not there."""
-    codings = request.environ.get("HTTP_TRANSFER_ENCODING")
     if codings and not FRAMINGS.issuperset(
             coding.strip(" \t").lower() for coding in codings.split(",")):
         raise NotImplementedCoding(UNSUPPORTED_CODING)
 
 
-def _body_bytes():
+def _body_bytes(asked, state):
     """The whole body, at most MAX_CONTENT_LENGTH bytes however it was framed. Read once per
     request, and its outcome kept, the bytes or the refusal: a view run again in the same
     request (app.auth, on a fresh lookup) reads what the first run read. The stream is spent
     by then, so a second reading would take what came before a chunked framing error, or a
     body cut at the limit, for the whole body."""
-    outcome = g.get("body_outcome")
+    outcome = state.get("body_outcome")
     if outcome is None:
         try:
-            outcome = _read_body()
+            outcome = _read_body(asked)
         except (BadRequest, RequestEntityTooLarge) as refusal:
             outcome = refusal
-        g.body_outcome = outcome
+        state.body_outcome = outcome
     if isinstance(outcome, Exception):
         raise outcome
     return outcome
 
 
-def _read_body():
+def _read_body(asked):
     try:
-        raw = request.get_data(cache=True)
+        raw = asked.get_data(cache=True)
         # Werkzeug stops a chunked body (no Content-Length) at the limit without a word; one
         # more byte from the server's stream tells a body cut short from one exactly that long.
-        expected = request.content_length
+        expected = asked.content_length
         if expected is None:
-            limit = request.max_content_length
-            if limit is not None and len(raw) >= limit and request.environ["wsgi.input"].read(1):
+            limit = asked.max_content_length
+            if limit is not None and len(raw) >= limit and asked.environ["wsgi.input"].read(1):
                 raise RequestEntityTooLarge()
         elif len(raw) < expected:
             # gunicorn hands over what came before the client closed its side of the connection
