@@ -23,8 +23,20 @@ def database_unavailable(exc, config):
 
 
 class CommandGroup(AppGroup):
-    """Our commands: a database out of reach or a key ring that cannot unseal its secrets end
-    a command with one line, not a traceback."""
+    """Our commands: a database out of reach, a key ring that cannot unseal its secrets or an
+    argument that is no text end a command with one line, not a traceback."""
+
+    def parse_args(self, ctx, args):
+        # Python reads bytes of an argument that are not UTF-8 as lone surrogates
+        # (surrogateescape), which no database, log line or JSON output can take.
+        for position, arg in enumerate(args, start=1):
+            if not arg.isascii():
+                try:
+                    arg.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise click.UsageError(f"argument {position} after '{ctx.info_name}' is not "
+                                           "valid UTF-8 text", ctx) from None
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx):
         # A key ring that cannot unseal the database's secrets, found at a seal (the start

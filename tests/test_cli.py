@@ -54,6 +54,27 @@ def test_create_rejects_bad_input_with_one_line(runner, args, message):
     assert message in result.output
 
 
+@pytest.mark.parametrize("args", [
+    ["tenants", "show", "\udcff"],
+    ["tenants", "deactivate", "\udcff\udcfe"],
+    ["tenants", "keys", "add", "1", "--name", "caf\udce9", "--scope", "intents"],
+    ["admin-keys", "revoke", "--name", "\udcff"],
+    ["webhooks", "delete", "1", "\udcff"],
+])
+def test_an_argument_that_is_not_utf8_is_one_line_and_writes_nothing(runner, args):
+    """Bytes of an argument that are not UTF-8 reach Python as lone surrogates: psycopg2 and
+    the JSON output cannot encode them, and commands ended in a traceback."""
+    tenant = _create(runner, email="bytes@example.com")
+    args = [str(tenant["tenant_id"]) if arg == "1" else arg for arg in args]
+    result = _invoke(runner, *args)
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    position = next(index for index, arg in enumerate(args) if not arg.isascii())  # after args[0]
+    assert (f"Error: argument {position} after '{args[0]}' is not valid UTF-8 text"
+            in result.output), result.output
+    listed = _invoke(runner, "tenants", "keys", "list", str(tenant["tenant_id"])).output
+    assert listed.count("ak_") == 1  # nothing was added, revoked or deactivated
+
+
 def test_duplicate_email_is_refused(runner):
     _create(runner, email="dup@example.com")
     result = _invoke(runner, "tenants", "create", "--email", "DUP@example.com")
