@@ -100,7 +100,7 @@ def create_app(overrides=None):
     configure(app, overrides)
     logs.init_app(app)
     register_extensions(app)
-    key_checks.check_at_start(app.config)
+    app.extensions["secret_keys"] = key_checks.check_at_start(app.config)
     register_request_hooks(app)
     register_blueprints(app)
     errors.init_app(app)

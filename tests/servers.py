@@ -112,9 +112,9 @@ class FreezableProxy:
     every connection open: a server that has stopped answering, as a paused PgBouncer, a hung
     primary or a network dropping packets look to a client."""
 
-    def __init__(self, host, port):
+    def __init__(self, host, port, listen_port=None):
         self.target = (host, port)
-        self.port = free_port()
+        self.port = listen_port or free_port()
         self._thawed = threading.Event()
         self._thawed.set()
         self._listener = socket.create_server(("127.0.0.1", self.port))

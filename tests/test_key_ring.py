@@ -13,6 +13,7 @@ import requests
 from cryptography.fernet import Fernet, InvalidToken
 from flask_migrate import upgrade
 from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
 
 from app import create_app, crypto
 from app.config import KeyRingMismatch, normalize_database_url
@@ -21,7 +22,8 @@ from app.keyring import ring
 from app.sql import unit_of_work
 from app.tenants import service as tenant_service
 from app.webhooks import service as webhook_service
-from tests.servers import ROOT, GunicornServer, free_port
+from tests.conftest import TEST_DATABASE_URL
+from tests.servers import ROOT, FreezableProxy, GunicornServer, free_port
 from tests.support import Credentials, assert_envelope, scale_response
 
 KEY_A, KEY_B, KEY_C = (Fernet.generate_key().decode() for _ in range(3))
@@ -271,6 +273,47 @@ def test_a_seal_refuses_a_ring_the_start_could_not_check(base_settings, tmp_path
         with app.app_context():
             db.engine.dispose()
         app.extensions["database"].engine.dispose()
+
+
+@pytest.mark.skipif(not TEST_DATABASE_URL, reason="a database reached over a socket")
+def test_a_ring_the_start_could_not_check_is_checked_once_the_database_answers(
+        ring_app, base_settings, empty_database_url, leak_watch, caplog):
+    """Started while the database did not answer, a process with a ring that cannot unseal
+    its secrets served on, its /health 200, while each of their tenants got a 503. Once the
+    database answers, /health checks the ring as the start would have: unhealthy, said once."""
+    owner = ring_app(KEY_A)
+    _provision(owner, leak_watch, "owner@example.com")
+    url = make_url(empty_database_url)
+    apps, port = {}, free_port()  # nothing listens there yet: the start finds no database
+    with caplog.at_level("WARNING", logger="app.keyring.checks"):
+        for ring_text in (KEY_B, f"{KEY_B},{KEY_A}"):
+            apps[ring_text] = create_app({
+                **base_settings, "REDIS_URL": None, "SECRET_ENCRYPTION_KEY": ring_text,
+                "SQLALCHEMY_DATABASE_URI": url.set(host="127.0.0.1", port=port)
+                .render_as_string(hide_password=False)})
+    assert [record.message for record in caplog.records if record.name == "app.keyring.checks"
+            ] == ["secret key check deferred: database unavailable"] * 2
+    caplog.clear()
+    proxy = FreezableProxy(url.host or "127.0.0.1", url.port or 5432, listen_port=port)
+    try:
+        with caplog.at_level("WARNING", logger="app.keyring.checks"):
+            for _ in range(2):  # the second asks nothing: said once
+                answer = apps[KEY_B].test_client().get("/health")
+                assert answer.status_code == 503
+                assert answer.get_json()["checks"] == {
+                    "database": "ok", "rate_limit_store": "ok", "secret_keys": "mismatch"}
+                right = apps[f"{KEY_B},{KEY_A}"].test_client().get("/health")
+                assert right.status_code == 200 and right.get_json() == {
+                    "status": "ok", "checks": {"database": "ok", "rate_limit_store": "ok"}}
+        said = [record for record in caplog.records if record.levelname == "ERROR"
+                and record.name == "app.keyring.checks"]
+        assert len(said) == 1 and said[0].message.startswith(MISMATCH)
+    finally:
+        for app in apps.values():
+            with app.app_context():
+                db.engine.dispose()
+            app.extensions["database"].engine.dispose()
+        proxy.close()
 
 
 def _sealed_environment(database_url, revision="head"):

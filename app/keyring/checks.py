@@ -33,6 +33,8 @@ SAMPLE = 20
 MISMATCH = ("SECRET_ENCRYPTION_KEY cannot unseal the secrets in this database: a key that sealed "
             "them is not in the ring (after a new first key, keep the old one until "
             "`flask --app wsgi secrets reseal` has run)")
+# What the start check found, kept by create_app in app.extensions["secret_keys"].
+CHECKED, DEFERRED, MISMATCHED = "ok", "deferred", "mismatch"
 LOCAL_KEY = ("; SECRET_ENCRYPTION_KEY is not set, so this is local mode's own key "
              "(instance/secret-encryption.key)")
 
@@ -44,9 +46,10 @@ def mismatch(config):
 def check_at_start(config):
     """The check of create_app and of gunicorn's master: one or two small queries, on a
     connection of its own (nothing stays pooled to be inherited by forked workers). A database
-    that cannot be reached now is checked before each seal instead."""
+    that cannot be reached now is checked before each seal, and by /health once it answers
+    (check_deferred). Returns CHECKED or DEFERRED."""
     try:
-        _check(config)
+        return _check(config)
     except KeyRingMismatch as exc:
         # Once gunicorn's master has started (so also in every worker it forks), it checked the
         # ring before the first worker. A worker it starts later (recycled after max_requests),
@@ -57,22 +60,37 @@ def check_at_start(config):
         if not master_files.master_running():
             raise
         log.error("%s; this worker goes on: secrets sealed with that key answer 503", exc)
+        return CHECKED
+
+
+def check_deferred(config):
+    """The start check, run once the database answers after a start that found it down
+    (app.health): CHECKED, DEFERRED while it still does not answer, or MISMATCHED, said in the
+    start's words. Such a ring would have stopped the start: the process serves on (a 503 for
+    each secret it cannot unseal) but is no longer healthy, so that it is seen."""
+    try:
+        return _check(config)
+    except KeyRingMismatch as exc:
+        log.error("%s; found once the database answered after the start", exc)
+        return MISMATCHED
 
 
 def _check(config):
     url = make_url(config["SQLALCHEMY_DATABASE_URI"])
     sqlite = url.get_backend_name() == "sqlite"
     if sqlite and not os.path.exists(url.database or ""):
-        return  # no file, no secrets (and connecting would create the file)
+        return CHECKED  # no file, no secrets (and connecting would create the file)
     engine = create_engine(url, poolclass=NullPool,
                            connect_args={"timeout": 30} if sqlite else {"connect_timeout": 5})
     try:
         with engine.connect() as connection:
             verify(connection, config)
             connection.commit()
+        return CHECKED
     except (OperationalError, InterfaceError) as exc:
         log.warning("secret key check deferred: database unavailable",
                     extra=database_failure(exc, url))
+        return DEFERRED
     finally:
         engine.dispose()
 
