@@ -331,11 +331,16 @@ FERNET_KEY = re.compile(r"[A-Za-z0-9_-]{43}=")
 
 def check_key_ring(ring_text):
     """One Fernet key, or several separated by commas: the first seals, all unseal."""
-    for position, key in enumerate(ring_text.split(","), start=1):
+    keys = [key.strip() for key in ring_text.split(",")]
+    for position, key in enumerate(keys, start=1):
+        if key in keys[:position - 1]:
+            # "new,old" with the same key twice: a rotation that made no new key.
+            raise ConfigError(f"SECRET_ENCRYPTION_KEY: key {position} of the ring repeats key "
+                              f"{keys.index(key) + 1}")
         try:
-            if not FERNET_KEY.fullmatch(key.strip()):
+            if not FERNET_KEY.fullmatch(key):
                 raise ValueError("not a Fernet key")
-            Fernet(key.strip())
+            Fernet(key)
         except ValueError:
             which = "" if "," not in ring_text else f": key {position} of the ring is not one"
             raise ConfigError("SECRET_ENCRYPTION_KEY must be a Fernet key (32 url-safe "

@@ -51,6 +51,9 @@ def test_default_config_is_not_testing(monkeypatch, tmp_path):
         ("SECRET_ENCRYPTION_KEY", f"{KEY_NEW} {KEY_OLD}", "SECRET_ENCRYPTION_KEY must be a "
                                                           "Fernet key"),
         ("SECRET_ENCRYPTION_KEY", f"{KEY_NEW},{KEY_OLD}x", "key 2 of the ring is not one"),
+        # The same key twice: a rotation that made no new key.
+        ("SECRET_ENCRYPTION_KEY", f"{KEY_NEW}, {KEY_OLD},{KEY_NEW}",
+         "^SECRET_ENCRYPTION_KEY: key 3 of the ring repeats key 1$"),
         ("RATE_LIMIT_CAPACITY", "0", "^RATE_LIMIT_CAPACITY must be at least 1, got 0$"),
         ("LOG_LEVEL", "bogus", r"^LOG_LEVEL must be a level name of Python's logging \(DEBUG, "
                                r"INFO, WARNING, ERROR, CRITICAL\), got 'BOGUS'$"),
