@@ -47,7 +47,8 @@ def check_at_start(config):
     """The check of create_app and of gunicorn's master: one or two small queries, on a
     connection of its own (nothing stays pooled to be inherited by forked workers). A database
     that cannot be reached now is checked before each seal, and by /health once it answers
-    (check_deferred). Returns CHECKED or DEFERRED."""
+    (check_deferred). Returns DEFERRED then, else CHECKED (a ring a running master's worker
+    finds wanting included: it is said, below, and the worker serves on)."""
     try:
         return _check(config)
     except KeyRingMismatch as exc:
