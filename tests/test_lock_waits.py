@@ -1,11 +1,16 @@
 """A verify whose rows another transaction holds gives up within the request budget: a 503 that
-leaves nothing written, so the same request succeeds once the lock is gone."""
+leaves nothing written, so the same request succeeds once the lock is gone. And a move to a
+limited plan waits for the verifications in flight."""
+import threading
+import time
+
+import psycopg2
 import pytest
 from sqlalchemy import create_engine, text
 
 from app.config import normalize_database_url
 from tests.conftest import TEST_DATABASE_URL
-from tests.support import assert_envelope, scale_response
+from tests.support import assert_envelope, scale_response, set_usage, wait_for_a_lock_wait
 
 pytestmark = pytest.mark.skipif(not TEST_DATABASE_URL, reason="row locks are PostgreSQL's")
 
@@ -39,3 +44,55 @@ def test_a_verify_behind_a_held_usage_row_is_a_503_and_changes_nothing(client, t
     assert again.status_code == 200 and again.get_json()["cleared"] is True
     usage = client.get("/v1/tenant/usage", headers=tenant.headers).get_json()
     assert usage["usage_count"] == 2
+
+
+def _sessions_waiting(dsn):
+    with psycopg2.connect(dsn) as watching, watching.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                       " AND datname = current_database()")
+        return cursor.fetchone()[0]
+
+
+def test_a_move_to_a_limited_plan_waits_for_the_verification_in_flight_and_counts_it(
+        app, client, make_tenant, admin_headers):
+    """An enterprise tenant at 999 verifications moves to free while one of its verifies is in
+    flight (it waits here for its intent's row). The move waits for it and folds it: the month
+    is at the plan's 1,000 and the next verify is refused. Before, the move folded first, the
+    verify in flight counted on its day alone, and the next one cleared: 1,001 of 1,000."""
+    tenant = make_tenant("enterprise")
+    set_usage(app, tenant.tenant_id, 999)
+    in_flight, after = _verify_body(client, tenant), _verify_body(client, tenant)
+    dsn = normalize_database_url(TEST_DATABASE_URL).replace("postgresql+psycopg2", "postgresql")
+    answers = {}
+
+    def ask(name, method, path, **kwargs):
+        answers[name] = app.test_client().open(path, method=method, **kwargs)
+
+    holder = psycopg2.connect(dsn)  # a transaction holding the in-flight verify's intent row
+    try:
+        with holder.cursor() as cursor:
+            cursor.execute("SELECT 1 FROM intents WHERE intent_hash = %s FOR UPDATE",
+                           (in_flight["original_intent_hash"],))
+        verifying = threading.Thread(target=ask, args=(
+            "verify", "POST", "/v1/intent/verify"), kwargs={
+            "headers": tenant.headers, "json": in_flight})
+        verifying.start()
+        wait_for_a_lock_wait(dsn)
+        moving = threading.Thread(target=ask, args=(
+            "move", "PATCH", f"/v1/admin/tenants/{tenant.tenant_id}"), kwargs={
+            "headers": admin_headers, "json": {"plan": "free"}})
+        moving.start()
+        deadline = time.monotonic() + 3  # the move waits for the verify's plan lock
+        while _sessions_waiting(dsn) < 2 and moving.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        holder.rollback()
+        holder.close()
+    verifying.join(10)
+    moving.join(10)
+    assert answers["verify"].get_json()["cleared"] is True
+    assert answers["move"].status_code == 200
+    assert_envelope(client.post("/v1/intent/verify", headers=tenant.headers, json=after), 429,
+                    "monthly verification limit reached")
+    usage = client.get("/v1/tenant/usage", headers=tenant.headers).get_json()
+    assert (usage["plan"], usage["usage_count"]) == ("free", 1000)

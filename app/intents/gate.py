@@ -153,7 +153,13 @@ def _reason():
 
 # PostgreSQL: one function, one round trip, its own transaction (or the caller's).
 def _verify_steps(sql):
-    return f"""{_confirm_principal(sql)}
+    return f"""IF p_tenant_id IS NOT NULL THEN
+  PERFORM pg_advisory_xact_lock_shared({metering.PLAN_LOCK}, p_tenant_id);
+END IF;
+{_confirm_principal(sql)}
+IF p_tenant_id IS NOT NULL THEN
+  {sql(metering.plan_limit_now())} INTO p_plan_limit;
+END IF;
 IF p_plan_limit IS NOT NULL THEN
   {sql(metering.count_within_plan_statement())} INTO p_usage_count;
   IF p_usage_count IS NULL THEN
@@ -218,8 +224,12 @@ def _in_one_call(params):
     return row.reason
 
 
-# SQLite: the same steps from Python, inside the view's BEGIN IMMEDIATE transaction.
+# SQLite: the same steps from Python, inside the view's BEGIN IMMEDIATE transaction (which
+# orders them with a plan change: no plan lock).
 def _step_by_step(params):
+    if params["tenant_id"] is not None:
+        params["plan_limit"] = database.first("plan_limit_now", metering.plan_limit_now,
+                                              params).plan_limit
     if params["plan_limit"] is not None:
         counted = database.first("count_within_plan", metering.count_within_plan_statement,
                                  params)

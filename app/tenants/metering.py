@@ -7,8 +7,8 @@ from sqlalchemy import BigInteger, String, bindparam, case, cast, func, literal,
 from app import database
 from app.errors import TooManyRequests
 from app.intents import reasons
-from app.tenants.models import DailyUsage, MonthlyUsage
-from app.tenants.plans import monthly_limit
+from app.tenants.models import DailyUsage, MonthlyUsage, Tenant
+from app.tenants.plans import PLAN_LIMITS, monthly_limit
 
 LIMIT_REACHED = "monthly verification limit reached"
 
@@ -75,14 +75,39 @@ def usage_count(tenant_id, period):
                 .scalar_subquery(), BigInteger)
 
 
+# A move to a limited plan and a tenant's verifications exclude each other for a moment, by a
+# PostgreSQL advisory lock on the tenant (these two numbers): each verification holds it shared
+# for its transaction, the move exclusively. So a verification an unlimited plan admitted
+# commits before the move counts the month into monthly_usage (`fold_statement`), and one that
+# comes during the move waits for it and is counted against the new plan (`plan_limit_now`):
+# otherwise the first counted on its day alone after the fold, and new verifications filled
+# monthly_usage up to the limit on top of it (the month past the plan by what was in flight).
+# The lock's key is (PLAN_LOCK, tenant id); the gate takes it shared (app.intents.gate).
+PLAN_LOCK = 6782
+
+
+def plan_lock_statement():
+    """Take (:tenant_id)'s plan lock exclusively until the transaction ends; PostgreSQL's only
+    (SQLite runs one writing transaction at a time)."""
+    return select(func.pg_advisory_xact_lock(literal(PLAN_LOCK), bindparam("tenant_id")))
+
+
+def plan_limit_now():
+    """(:tenant_id)'s monthly limit as its row says now (NULL: unlimited), read inside the
+    verification's transaction rather than taken from the principal read before it."""
+    plan = Tenant.__table__.c.plan
+    limit = case(*((plan == name, literal(value, BigInteger))
+                   for name, value in PLAN_LIMITS.items() if value is not None))
+    return select(limit.label("plan_limit")).where(Tenant.__table__.c.id == bindparam("tenant_id"))
+
+
 def fold_statement():
     """Count against (:tenant_id, :period)'s limited plan what the month counted on its days
     only (an unlimited plan's verifications): the difference between its days and its
     monthly_usage, added to shard 1. Run with the change to a limited plan, after the tenant's
-    row is written: its lock orders two changes, and the second sees the first's fold.
-    Verifications an unlimited plan decided before the change and committed after it count on
-    their day alone: in the month's usage_count, not against the plan (as before, when they
-    passed the limit check in flight)."""
+    row is written: its lock orders two changes, and the second sees the first's fold. The
+    change holds the tenant's PLAN_LOCK: the verifications the unlimited plan admitted have
+    committed, and are folded; those that come meanwhile wait, then count against the plan."""
     usage = MonthlyUsage.__table__
     tenant_id, period = bindparam("tenant_id"), bindparam("period")
     uncounted = usage_count(tenant_id, period) - month_total(tenant_id, period)

@@ -95,8 +95,15 @@ def _raise_reached_thresholds(tenant_id, plan_limit):
 
 
 def update_tenant(reference, plan=None, active=None, signature_scheme=None):
+    tenant_id = find_tenant(reference).id
+    if (plan is not None and monthly_limit(plan) is not None
+            and db.session.get_bind().dialect.name == "postgresql"):
+        # Verifications in flight commit first, so that the fold below counts them
+        # (metering.PLAN_LOCK). Before the row's lock: their counts take a key-share lock on
+        # the tenant's row (a foreign key), which the row's lock would hold them from.
+        db.session.execute(metering.plan_lock_statement(), {"tenant_id": tenant_id})
     # Judged under the row's lock: of concurrent identical changes, one changes and is audited.
-    tenant = locked_tenant(find_tenant(reference).id)
+    tenant = locked_tenant(tenant_id)
     # What the key cache keeps of this tenant no longer holds after a deactivation, or a move
     # to a limited plan (only an unlimited plan's principals are kept: app.tenants.key_cache).
     forget_kept = False
