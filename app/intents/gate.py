@@ -28,7 +28,6 @@ from app.intents import reasons
 from app.intents.models import Intent, SeenResponse
 from app.intents.signature import canonical_json, ed25519_matches, matches, signing_message
 from app.tenants import key_cache, keys, metering
-from app.tenants.plans import monthly_limit
 from app.webhooks import events
 
 log = logging.getLogger(__name__)
@@ -66,12 +65,13 @@ def verify(principal, original_intent_hash, response, canonical_payload):
         "digest": principal.fingerprint and principal.account.key_digest,
         "fingerprint": principal.fingerprint,
     }
-    # A tenant's verification is counted against its plan; an admin key's is not.
+    # A tenant's verification is counted against its plan; an admin key's is not. The plan's
+    # limit is read by the gate itself, from the tenant's row as it is then
+    # (metering.plan_limit_now), never from the principal read before.
     params.update(tenant_id=None, period=None, day=None, plan_limit=None, event_id=None)
     if principal.kind == "tenant":
         today = datetime.fromtimestamp(now, timezone.utc)  # the day is of the month counted
         params.update(tenant_id=principal.id, period=billing_period(today), day=utc_day(today),
-                      plan_limit=monthly_limit(principal.tenant.plan),
                       event_id=events.new_event_id())
     if database.current().composes_writes:
         return _in_one_call(params)

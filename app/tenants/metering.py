@@ -76,13 +76,12 @@ def usage_count(tenant_id, period):
 
 
 # A move to a limited plan and a tenant's verifications exclude each other for a moment, by a
-# PostgreSQL advisory lock on the tenant (these two numbers): each verification holds it shared
-# for its transaction, the move exclusively. So a verification an unlimited plan admitted
-# commits before the move counts the month into monthly_usage (`fold_statement`), and one that
-# comes during the move waits for it and is counted against the new plan (`plan_limit_now`):
-# otherwise the first counted on its day alone after the fold, and new verifications filled
-# monthly_usage up to the limit on top of it (the month past the plan by what was in flight).
-# The lock's key is (PLAN_LOCK, tenant id); the gate takes it shared (app.intents.gate).
+# PostgreSQL advisory lock keyed (PLAN_LOCK, tenant id): each verification holds it shared for
+# its transaction, the move exclusively. So the verifications an unlimited plan admitted commit
+# before the move counts the month into monthly_usage (`fold_statement`), and one that comes
+# during the move waits for it, then counts against the new plan (`plan_limit_now`). Otherwise
+# the first counted on their day alone after the fold, and new verifications filled
+# monthly_usage up to the limit on top of them (the month past the plan by what was in flight).
 PLAN_LOCK = 6782
 
 
@@ -95,10 +94,10 @@ def plan_lock_statement():
 def plan_limit_now():
     """(:tenant_id)'s monthly limit as its row says now (NULL: unlimited), read inside the
     verification's transaction rather than taken from the principal read before it."""
-    plan = Tenant.__table__.c.plan
-    limit = case(*((plan == name, literal(value, BigInteger))
+    tenants = Tenant.__table__
+    limit = case(*((tenants.c.plan == name, literal(value, BigInteger))
                    for name, value in PLAN_LIMITS.items() if value is not None))
-    return select(limit.label("plan_limit")).where(Tenant.__table__.c.id == bindparam("tenant_id"))
+    return select(limit.label("plan_limit")).where(tenants.c.id == bindparam("tenant_id"))
 
 
 def fold_statement():
