@@ -93,3 +93,42 @@ def test_consumes_find_room_on_their_own_page_while_pruning_cannot_run(client, t
         assert after == {value: page for value in consumed}
     finally:
         engine.dispose()
+
+
+@pytest.mark.skipif(not TEST_DATABASE_URL, reason="PostgreSQL's write-ahead log")
+def test_a_day_already_counted_is_added_to_without_locking_its_row_first(client, tenant):
+    """Read off the write-ahead log (pg_walinspect): a verification adds to its day's
+    daily_usage row with a plain UPDATE. The upsert's ON CONFLICT DO UPDATE locked the row
+    before updating it, one more WAL record each time."""
+    def verify():
+        intent_hash = client.post("/v1/intent/generate", headers=tenant.headers, json={
+            "user_token": "day-count-token"}).get_json()["intent_hash"]
+        assert client.post("/v1/intent/verify", headers=tenant.headers, json={
+            "original_intent_hash": intent_hash,
+            "response": scale_response(tenant.signing_secret, intent_hash),
+        }).get_json()["cleared"]
+
+    engine = create_engine(normalize_database_url(TEST_DATABASE_URL))
+    try:
+        with engine.begin() as connection:
+            connection.execute(text("CREATE EXTENSION IF NOT EXISTS pg_walinspect"))
+        verify()  # the day's row of this connection's shard is there from now on
+        with engine.begin() as connection:
+            start = connection.execute(text("SELECT pg_current_wal_lsn()")).scalar_one()
+        for _ in range(5):
+            verify()
+        with engine.begin() as connection:
+            written = connection.execute(text(
+                "SELECT record.record_type FROM pg_get_wal_records_info("
+                "  CAST(:start AS pg_lsn), pg_current_wal_lsn()) AS record"
+                " WHERE record.block_ref LIKE '%rel ' || (SELECT format('%s/%s/%s',"
+                "  coalesce(nullif(relation.reltablespace, 0),"
+                "   (SELECT oid FROM pg_tablespace WHERE spcname = 'pg_default')),"
+                "  (SELECT oid FROM pg_database WHERE datname = current_database()),"
+                "  pg_relation_filenode(relation.oid))"
+                "  FROM pg_class AS relation WHERE relation.oid = 'daily_usage'::regclass)"
+                " || ' fork main %'"), {"start": start}).scalars().all()
+    finally:
+        engine.dispose()
+    assert "LOCK" not in written
+    assert sum(kind in ("UPDATE", "HOT_UPDATE") for kind in written) == 5, written

@@ -146,7 +146,8 @@ def _reason():
 # - consume the intent; if it was not consumed (unknown or used), read it as it is;
 # - record the match_id the consume noted, if it noted one: a first sighting if new;
 # - name the reason, and count the verification by outcome for the day (metered: a tenant's
-#   key; the month's usage_count is the sum of its days).
+#   key; the month's usage_count is the sum of its days): adding to the day's row, and
+#   inserting it only when it is not there.
 # Atomicity is the database's: the conditional UPDATE consumes an intent at most once however
 # many workers race for it, the seen_responses key catches a replayed match_id, and the usage
 # upsert never passes the plan limit; one transaction holds all the steps.
@@ -178,7 +179,10 @@ IF p_recorded_match_id IS NOT NULL THEN
 END IF;
 p_reason := {sql(_reason())};
 IF p_tenant_id IS NOT NULL THEN
-  {sql(metering.count_daily_statement())};
+  {sql(metering.add_to_day_statement())};
+  IF NOT FOUND THEN
+    {sql(metering.count_daily_statement())};
+  END IF;
 END IF;
 reason := p_reason;
 usage_count := p_usage_count;
@@ -249,6 +253,7 @@ def _step_by_step(params):
         database.execute("record_sighting", _record_sighting, params))
     reason = database.first("reason", lambda: select(_reason().label("reason")), params).reason
     if params["tenant_id"] is not None:
+        # The upsert alone: the UPDATE PostgreSQL tries first only spares it the upsert's cost.
         database.execute("count_daily", metering.count_daily_statement,
                          {**params, "reason": reason})
     return reason
