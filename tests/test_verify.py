@@ -125,9 +125,30 @@ def test_expired_intent(client, tenant):
         assert _verify(client, tenant, intent_hash, response).get_json()["reason"] == "ExpiredIntent"
     with time_machine.travel(T0 + 5, tick=False):
         fresh = _generate(client, tenant, ttl=5)
-    with time_machine.travel(T0 + 10, tick=False):
+    with time_machine.travel(T0 + 9.999, tick=False):
         assert _verify(client, tenant, fresh, scale_response(tenant.signing_secret, fresh)
                        ).get_json()["cleared"] is True
+
+
+@pytest.mark.parametrize("issued_within_its_second", [0.0, 0.9])
+def test_an_intent_is_expired_once_the_time_is_past_its_expires_at(
+        client, tenant, issued_within_its_second):
+    """expires_at is the second of issue plus the ttl, and the gate's now is whole seconds: the
+    intent clears until expires_at and is expired from then on. Before, it cleared up to a
+    second after its expires_at (now > expires_at)."""
+    issued = T0 + issued_within_its_second
+    with time_machine.travel(issued, tick=False):
+        answer = client.post("/v1/intent/generate", headers=tenant.headers,
+                             json={"user_token": "verify-user-token", "ttl": 2}).get_json()
+        late = _generate(client, tenant, ttl=2)
+    assert answer["expires_at"] == T0 + 2
+    with time_machine.travel(T0 + 1.999, tick=False):
+        assert _verify(client, tenant, answer["intent_hash"],
+                       scale_response(tenant.signing_secret, answer["intent_hash"])
+                       ).get_json()["cleared"] is True
+    with time_machine.travel(T0 + 2.6, tick=False):
+        assert _verify(client, tenant, late, scale_response(tenant.signing_secret, late)
+                       ).get_json()["reason"] == "ExpiredIntent"
 
 
 def test_a_blocked_verify_still_consumes_the_intent(client, tenant):

@@ -83,7 +83,9 @@ def _checks(expires_at, issued_at, consumed_id, first_sighting):
     now, skew, timestamp = bindparam("now"), bindparam("skew"), bindparam("timestamp")
     return (
         (reasons.UNKNOWN, expires_at.is_(None)),
-        (reasons.EXPIRED, now > expires_at),
+        # Whole seconds: now reaching expires_at is the time being past it (the instant itself
+        # aside). `now > expires_at` cleared an intent up to a second after its expiry.
+        (reasons.EXPIRED, now >= expires_at),
         (reasons.REPLAYED_INTENT, consumed_id.is_(None)),
         (reasons.INVALID_SIGNATURE, not_(bindparam("signature_ok"))),
         (reasons.OUT_OF_WINDOW, not_(timestamp.between(issued_at - skew, now + skew))),
