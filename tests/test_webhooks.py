@@ -5,6 +5,7 @@ import base64
 import json
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import threading
@@ -12,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import sqlalchemy
 import time_machine
 from cryptography.fernet import Fernet
 from intentgate import verify_webhook
@@ -143,6 +145,42 @@ def test_an_attempt_the_worker_fails_to_make_is_recorded_failed_and_the_next_eve
     assert attempts == [(1, delivery.FAILED_TO_ATTEMPT, "retried"),
                         (2, delivery.FAILED_TO_ATTEMPT, "retried"),
                         (3, delivery.FAILED_TO_ATTEMPT, "failed")]
+
+
+def test_no_attempt_starts_after_sigterm_and_one_claimed_as_it_came_is_let_go(
+        app, runner, client, tenant, leak_watch):
+    """SIGTERM arrives while the worker leases an attempt (raised from within the claim's
+    write, through `flask webhooks deliver`'s own handler): the worker exits without making
+    it, and the attempt is due again at once, not held until its lease runs out. Before, the
+    handler only started a thread to stop the loop, which made the attempt it had claimed."""
+    with Receiver() as receiver:
+        created = _create(client, tenant, receiver.url, leak_watch, events=["usage.threshold"])
+        client.post(f"/v1/tenant/webhooks/{created['id']}/test", headers=tenant.headers)
+        signalled = []
+
+        def signal_during_the_claim(_connection, _cursor, statement, *_args):
+            if not signalled and statement.startswith("UPDATE webhook_deliveries SET "
+                                                      "leased_until"):
+                signalled.append(statement)
+                signal.raise_signal(signal.SIGTERM)
+
+        handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+        with app.app_context():
+            engine = db.engine
+        sqlalchemy.event.listen(engine, "before_cursor_execute", signal_during_the_claim)
+        try:
+            result = runner.invoke(args=["webhooks", "deliver"])
+        finally:
+            sqlalchemy.event.remove(engine, "before_cursor_execute", signal_during_the_claim)
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
+        assert result.exit_code == 0, result.output
+        assert signalled and receiver.requests == []
+        with app.app_context():
+            (attempt,) = db.session.execute(select(WebhookDelivery)).scalars().all()
+            assert (attempt.at, attempt.leased_until, attempt.lease_token) == (None, None, None)
+        assert _deliver(app) == 1  # due at once
+        assert len(receiver.wait_for(1)) == 1
 
 
 def test_a_claim_passes_over_an_endpoint_another_transaction_holds(app, client, tenant,

@@ -1,7 +1,6 @@
 """flask webhooks ...: the delivery worker, and a tenant's endpoints and usage alerts for an
 operator, through the same service as the HTTP API."""
 import signal
-import threading
 from functools import wraps
 
 import click
@@ -53,14 +52,10 @@ def deliver(once):
         delivery.raise_expiring_keys(now_seconds())
         click.echo(f"{delivery.deliver_due(current_app.config)} attempts made")
         return
-    stopping = threading.Event()
+    stopping = delivery.StopRequest()
 
     def stop(_signal, _frame):
-        # Not stopping.set() itself: the handler runs on the main thread between two bytecodes,
-        # possibly inside stopping.wait() while that holds the event's lock, and set() would
-        # wait for the lock for ever (seen: a worker that never stopped, its stack in set()
-        # under wait()). A thread sets it once the wait lets the lock go.
-        threading.Thread(target=stopping.set, daemon=True).start()
+        stopping.request()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)

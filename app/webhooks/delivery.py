@@ -17,6 +17,7 @@ import http.client
 import logging
 import random
 import secrets
+import threading
 import time
 
 from flask import current_app
@@ -207,6 +208,17 @@ def attempt_once(attempt, endpoint, event, config):
     return status, f"status {status}", False
 
 
+def release(claimed):
+    """Let go of a claimed attempt not made: due again at once, for any worker."""
+    attempt, _, _, token = claimed
+    with unit_of_work():
+        db.session.execute(
+            update(WebhookDelivery)
+            .where(WebhookDelivery.tenant_id == attempt.tenant_id,
+                   WebhookDelivery.id == attempt.id, WebhookDelivery.lease_token == token)
+            .values(leased_until=None, lease_token=None))
+
+
 def record(attempt, token, outcome, config, now):
     """Record the attempt (if this worker still holds its lease) and schedule the next one,
     or give the event up after the last."""
@@ -296,9 +308,35 @@ def deliver_due(config, now=None):
         made += 1
 
 
+class StopRequest:
+    """SIGTERM's (or Ctrl-C's) request that the worker's loop stop.
+
+    `request` is called by the signal handler, on the main thread between two bytecodes. It
+    marks the request at once, so that no step the loop has yet to check it before (a claim,
+    an attempt) starts after the signal; a thread wakes the loop from its wait. Not the event
+    itself: the handler may run inside Event.wait() while that holds the event's lock, and
+    set() would wait for the lock for ever (seen: a worker that never stopped, its stack in
+    set() under wait())."""
+
+    def __init__(self):
+        self.requested = False
+        self._wake = threading.Event()
+
+    def request(self):
+        self.requested = True
+        threading.Thread(target=self._wake.set, daemon=True).start()
+
+    def is_set(self):
+        return self.requested
+
+    def wait(self, seconds):
+        self._wake.wait(seconds)
+
+
 def run(stopping):
-    """The worker's loop, until `stopping` (a threading.Event) is set: an attempt in flight is
-    finished first, so SIGTERM never cuts one short.
+    """The worker's loop, until `stopping` (a StopRequest) is set: an attempt in flight is
+    finished first, so SIGTERM never cuts one short, and none starts after it: an attempt
+    claimed as the signal came is let go of, due at once for another worker.
 
     A database that fails (a restart, a failover, an outage) is waited out, as the service's
     own workers wait it out: the worker says so, pauses, and goes on with a new connection.
@@ -317,7 +355,9 @@ def run(stopping):
             busy = dispatch(now_seconds())
             claimed = None if stopping.is_set() else claim(now_seconds(),
                                                            config["WEBHOOK_LEASE_SECONDS"])
-            if claimed is not None:
+            if claimed is not None and stopping.is_set():
+                release(claimed)
+            elif claimed is not None:
                 make(claimed, config)
             elif not busy:
                 stopping.wait(config["WEBHOOK_POLL_SECONDS"])
