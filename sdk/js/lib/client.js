@@ -23,8 +23,8 @@ class Client {
       throw new TypeError('apiKey must be a non-empty string of printable ASCII');
     }
     // A timeout of 0 would abort every attempt at once. Node's timers take at most 2^31-1 ms
-    // (past it they fire after 1 ms), and AbortSignal.timeout whole milliseconds only: a
-    // fraction (3000.0000000000005 from arithmetic) is rounded up, not a failure of every call.
+    // (past it they fire after 1 ms); a fraction (3000.0000000000005 from arithmetic) is
+    // rounded up to whole milliseconds.
     for (const [name, value, least] of [['timeout', timeout, 1], ['backoffBase', backoffBase, 0],
       ['backoffCap', backoffCap, 0]]) {
       if (typeof value !== 'number' || !Number.isFinite(value) || value < least

@@ -30,6 +30,28 @@ const UNSENT_CODES = new Set([
 
 const sleep = (ms) => new Promise((resolve) => { setTimeout(resolve, ms); });
 
+/** `work(signal)`, given `ms` milliseconds: then the signal aborts it, and the call rejects with
+ *  a TimeoutError even when what `work` awaits ignores the abort. Node 20's fetch does: the body
+ *  of an answer that fails to decompress, when it arrives after the headers, never settles. The
+ *  timer is a plain one, keeping the process alive till then; AbortSignal.timeout's is not, and
+ *  a process with nothing else to do ended with the call neither resolved nor rejected. */
+async function within(ms, work) {
+  const controller = new AbortController();
+  let timer;
+  const expired = new Promise((resolve, reject) => {
+    timer = setTimeout(() => {
+      const error = new DOMException(`the attempt took more than ${ms} ms`, 'TimeoutError');
+      controller.abort(error);
+      reject(error);
+    }, ms);
+  });
+  try {
+    return await Promise.race([work(controller.signal), expired]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 class Transport {
   constructor({ baseUrl, apiKey, timeout, retries, backoffBase, backoffCap, fetch }) {
     Object.assign(this, { baseUrl, timeout, retries, backoffBase, backoffCap });
@@ -55,9 +77,11 @@ class Transport {
       let http;
       let text;
       try {
-        http = await this.fetch(this.baseUrl + path,
-          { ...init, signal: AbortSignal.timeout(this.timeout) });
-        text = await http.text(); // inside the try: the answer can be cut off too
+        ({ http, text } = await within(this.timeout, async (signal) => {
+          const response = await this.fetch(this.baseUrl + path, { ...init, signal });
+          // Inside the deadline: the answer can be cut off, or never end, too.
+          return { http: response, text: await response.text() };
+        }));
       } catch (error) {
         if (!isNetworkFailure(error)) throw error;
         const sent = !UNSENT_CODES.has(failureCode(error));
