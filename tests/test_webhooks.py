@@ -514,6 +514,16 @@ def test_a_url_no_request_line_can_carry_is_refused(client, tenant, url):
     assert body["details"] == {"url": [NOT_ENCODED]}
 
 
+@pytest.mark.parametrize("url", [" http://127.0.0.1:8714/hooks", "http://127.0.0.1:8714/hooks ",
+                                 "\u00a0http://127.0.0.1:8714/hooks"])
+def test_a_url_with_spaces_around_it_is_refused(client, tenant, url):
+    """Spaces before the scheme are dropped by the URL parser: such a URL was stored and listed
+    with them, and called without."""
+    body = assert_envelope(client.post("/v1/tenant/webhooks", headers=tenant.headers,
+                                       json={"url": url}), 400, ssrf.SURROUNDED)
+    assert body["details"] == {"url": [ssrf.SURROUNDED]}
+
+
 def test_a_stored_url_no_request_line_can_carry_fails_its_attempts(app, client, tenant,
                                                                    leak_watch):
     """Registered before the rule: each attempt says why, and the worker goes on."""

@@ -25,6 +25,7 @@ HTTPS_ONLY = "url must be an https:// URL"
 NOT_PUBLIC = "url must point to a public address"
 UNRESOLVABLE = "url's host could not be resolved"
 MALFORMED = "url must be an absolute URL with a host"
+SURROUNDED = "url must not begin or end with spaces"
 # Port 0 names no port a receiver can listen on (and would otherwise be taken for the default).
 PORT = "url's port must be between 1 and 65535"
 # A password in a URL is stored, listed and logged as the URL is: a receiver authenticates the
@@ -44,6 +45,10 @@ class Refused(Exception):
 def check_url(url, allow_private):
     """Raise 400 unless `url` may be registered (a registration-time check)."""
     try:
+        if url != url.strip():
+            # urlsplit drops spaces before the scheme (as WHATWG URLs do): the URL would be
+            # called as if they were not there, but stored and listed with them.
+            raise Refused(SURROUNDED)
         target(url, allow_private)
     except Refused as refused:
         raise BadRequest(str(refused), details={"url": [str(refused)]}) from None
