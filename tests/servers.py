@@ -59,7 +59,9 @@ class GunicornServer:
         self.config = config
         self.process = None
 
-    def start(self, wait=30):
+    def start(self, wait=30, serving=(200,)):
+        """Start, and wait until /health answers one of `serving` (a store that does not
+        answer: 503)."""
         self._log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "gunicorn", "-c", self.config, "wsgi:app"],
@@ -71,7 +73,7 @@ class GunicornServer:
                 raise RuntimeError(f"gunicorn exited early:\n{self.log_path.read_text()[-3000:]}")
             try:
                 if requests.get(self.url + "/health", timeout=5,
-                                verify=self.ca_file or True).status_code == 200:
+                                verify=self.ca_file or True).status_code in serving:
                     return self
             except (requests.ConnectionError, requests.Timeout):
                 pass

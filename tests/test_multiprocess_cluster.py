@@ -1,6 +1,8 @@
 """The token bucket and the failed-authentication limit on a Redis Cluster, through real
 gunicorn workers: exact while every master answers, and when one master stops, its slots'
 callers get the outage answer while the others keep their exact buckets."""
+import signal
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -9,7 +11,9 @@ from redis.crc import key_slot
 
 from app import create_app
 from app.config import ConfigError, redis_cluster_nodes
+from tests.conftest import ENCRYPTION_KEY, TEST_DATABASE_URL
 from tests.scale_out import REDIS_CLI, REDIS_SERVER, RedisClusterProcesses
+from tests.servers import GunicornServer
 
 CAPACITY = 20
 # No token refills while a burst lasts (one per 10 s); failures: 5 at once.
@@ -75,6 +79,81 @@ def test_buckets_on_a_cluster_stay_exact_and_a_lost_master_takes_only_its_slots(
     health = requests.get(server.url + "/health", timeout=30)
     assert health.status_code == 503
     assert health.json()["checks"] == {"database": "ok", "rate_limit_store": "unavailable"}
+
+
+def _wait_until(condition, timeout=30):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "not within 30 s"
+        time.sleep(0.2)
+
+
+def _health(server):
+    answer = requests.get(server.url + "/health", timeout=30)
+    return answer.status_code, answer.json()["checks"]["rate_limit_store"]
+
+
+def test_a_host_starts_while_its_cluster_does_not_answer_and_serves_once_it_does(
+        migrated, make_tenant, tmp_path, leak_watch):
+    """redis-py's cluster client connects to its startup nodes as it is made. Made with the
+    app, a cluster that did not answer failed every worker's boot, and gunicorn stopped (a host
+    gone at its next worker recycle). Now it is an outage like a single Redis's: 503, /health
+    503, until the cluster answers."""
+    if not TEST_DATABASE_URL:
+        pytest.skip("multi-process tests need PostgreSQL: set TEST_DATABASE_URL")
+    if REDIS_SERVER is None or REDIS_CLI is None:
+        pytest.skip("the Redis Cluster tests need redis-server and redis-cli")
+    cluster = RedisClusterProcesses(tmp_path / "cluster")  # its ports chosen, nothing started
+    server = GunicornServer(tmp_path / "gunicorn.log", {
+        "DATABASE_URL": TEST_DATABASE_URL, "SECRET_ENCRYPTION_KEY": ENCRYPTION_KEY,
+        "REDIS_URL": cluster.url, **{key: str(value) for key, value in SETTINGS.items()}},
+        workers=2)
+    try:
+        server.start(serving=(503,))
+        tenant = make_tenant("pro")
+        assert _health(server) == (503, "unavailable")
+        assert set(_statuses(server, tenant.headers, 4)) == {
+            (503, "rate limit store unavailable")}
+        cluster.start()
+        # Each worker's breaker asks once a second whether the store answers.
+        _wait_until(lambda: set(_statuses(server, tenant.headers, 4)) == {(200, None)})
+        _wait_until(lambda: _health(server) == (200, "ok"))
+    finally:
+        server.stop()
+        cluster.stop()
+    assert leak_watch.leaks_in(server.log_path.read_text(errors="replace")) == []
+    assert "Traceback" not in server.log_path.read_text(errors="replace")
+
+
+def test_health_is_503_while_a_master_is_down_before_any_request_met_it(gunicorn, cluster):
+    """/health pings every master: a worker whose requests never touched the dead master's
+    slots says so too (a PING of the cluster client's default node alone said ok)."""
+    server = gunicorn(workers=2, REDIS_URL=cluster.url, **SETTINGS)
+    assert _health(server) == (200, "ok")
+    cluster.kill(cluster.ports[-1])
+    assert {_health(server) for _ in range(6)} == {(503, "unavailable")}
+
+
+def test_a_master_that_does_not_answer_costs_one_timeout_not_three(gunicorn, make_tenant,
+                                                                    cluster):
+    """A frozen master: the request whose bucket it holds waits one REDIS_SOCKET_TIMEOUT, then
+    gets the outage answer. The cluster client retried a timeout twice (1.5 s at 0.5 s)."""
+    timeout = 1.5
+    server = gunicorn(workers=1, REDIS_URL=cluster.url, REDIS_SOCKET_TIMEOUT=timeout, **SETTINGS)
+    frozen = cluster.ports[-1]  # not the first startup node, which the client asks after
+    tenant = make_tenant("pro")
+    while cluster.owner_of(_slot(f"tenant:{tenant.tenant_id}")) != frozen:
+        tenant = make_tenant("pro")
+    cluster.processes[frozen].send_signal(signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        answer = requests.get(server.url + "/v1/tenant/usage", headers=tenant.headers,
+                              timeout=30)
+        waited = time.monotonic() - started
+    finally:
+        cluster.processes[frozen].send_signal(signal.SIGCONT)
+    assert (answer.status_code, answer.json()["error"]) == (503, "rate limit store unavailable")
+    assert waited < 2 * timeout, f"{waited:.2f} s: more than one timeout"
 
 
 @pytest.mark.parametrize("url, nodes", [

@@ -16,7 +16,7 @@ from limits import parse
 
 from app.errors import TooManyRequests, Unavailable
 from app.extensions import limiter
-from app.traffic import storage, strategy  # noqa: F401 - registered with limits at import
+from app.traffic import cluster, storage, strategy  # noqa: F401 - registered with limits at import
 from app.traffic.addresses import client_network
 from app.traffic.strategy import StoreUnavailable
 
@@ -147,7 +147,7 @@ def store_available():
     costs a worker one timeout, like every other request, not one a call."""
     if limiter.limiter.broken:
         return False
-    if limiter.storage.check():
+    if limiter.limiter.answers(None):
         return True
     limiter.limiter.trip()
     return False
@@ -161,7 +161,10 @@ def init_app(app):
     """Bind the limiter to its storage; the header hook runs after Flask-Limiter's own."""
     config = app.config
     config["RATELIMIT_STRATEGY"] = "token-bucket"
-    config["RATELIMIT_STORAGE_URI"] = config["REDIS_URL"] or f"{storage.SCHEME}://"
+    url = config["REDIS_URL"]
+    if url and url.startswith(cluster.URL_SCHEME + "://"):
+        url = cluster.storage_uri(url)  # its client made on first use (app.traffic.cluster)
+    config["RATELIMIT_STORAGE_URI"] = url or f"{storage.SCHEME}://"
     config["RATELIMIT_STORAGE_OPTIONS"] = _storage_options(config)
     app.after_request(rate_headers)
     app.teardown_request(_forget)
@@ -175,15 +178,16 @@ def _storage_options(config):
     timeout = config["REDIS_SOCKET_TIMEOUT"]
     timeouts = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
     if url.startswith("redis+cluster://"):
-        from redis.backoff import ExponentialWithJitterBackoff
+        from redis.backoff import NoBackoff
         from redis.retry import Retry
 
         # A bucket lives in its key's slot: a master that is down takes only its own slots'
-        # buckets with it (require_full_coverage=False), the others keep answering. Two quick
-        # retries (MOVED after a failover is followed on top of them): a request whose master
-        # is gone gets the outage answer in well under a second.
-        return {**timeouts, "require_full_coverage": False,
-                "retry": Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.05), retries=2)}
+        # buckets with it (require_full_coverage=False), the others keep answering. No retry:
+        # the cluster client retries a timeout as it retries a refused connection, whatever
+        # the Retry's errors say, and a master that does not answer cost three timeouts, not
+        # one; a request whose master is gone gets the outage answer at once. A MOVED (after a
+        # failover) is followed all the same.
+        return {**timeouts, "require_full_coverage": False, "retry": Retry(NoBackoff(), 0)}
     if url.startswith("redis+sentinel://"):
         return {**timeouts, "sentinel_kwargs": dict(timeouts)}
     return timeouts

@@ -101,10 +101,7 @@ class _RedisTokens:
     def __init__(self, storage):
         self.storage = storage
         self.cluster = isinstance(storage, RedisClusterStorage)
-        if self.cluster:
-            client = storage.get_connection()
-            self._cluster_scripts = {script: client.register_script(script)
-                                     for script in (TAKE_LUA, PEEK_LUA)}
+        self._cluster_scripts = {}  # made on first use: the client may not be (app.traffic.cluster)
         self._own = threading.local()
 
     def take_token(self, key, capacity, rate):
@@ -126,7 +123,11 @@ class _RedisTokens:
     def _run(self, script, key, capacity, rate):
         key = self.storage.prefixed_key(key)
         if self.cluster:
-            return self._cluster_scripts[script](keys=[key], args=[capacity, rate])
+            registered = self._cluster_scripts.get(script)
+            if registered is None:
+                registered = self._cluster_scripts[script] = (
+                    self.storage.get_connection().register_script(script))
+            return registered(keys=[key], args=[capacity, rate])
         connection = self._connection()
         try:
             return _exchange(connection, (b"EVALSHA", _SHA1[script], 1, key, capacity, rate))
@@ -149,8 +150,8 @@ class _RedisTokens:
     def masters_answer(self, node):
         """On a cluster: whether master `node` (every master for None) answers a PING now,
         through the cluster client: the breaker's thread asks, not a request."""
-        client = self.storage.get_connection()
         try:
+            client = self.storage.get_connection()
             return bool(client.ping(target_nodes=client.get_node(node_name=node) if node
                                     else client.PRIMARIES))
         except (redis.RedisError, RedisClusterException, OSError):
@@ -160,10 +161,12 @@ class _RedisTokens:
         """The cluster master that holds `key` (its breaker's name); one store otherwise."""
         if not self.cluster:
             return None
-        client = self.storage.get_connection()
         try:
+            client = self.storage.get_connection()
             return client.get_node_from_key(self.storage.prefixed_key(key)).name
-        except RedisClusterException:  # a slot no master covers now: the client will find out
+        except RedisClusterException:
+            # A slot no master covers now, or no client yet (app.traffic.cluster): the call
+            # will find out, and its failure is the whole store's.
             return None
 
 
@@ -291,7 +294,7 @@ class TokenBucketRateLimiter(RateLimiter):
                 name=f"rate-limit-store-breaker-{node}")
             asking.start()
 
-    def _answers(self, node):
+    def answers(self, node):
         """Whether the store answers now (waiting at most its socket timeout): a cluster master
         by its own PING, any other store by limits' health check (the storage's client and
         pool, raising nothing), so the thread keeps no connection of its own."""
@@ -319,7 +322,7 @@ def _ask_until_answered(limiter_ref, node):
         limiter = limiter_ref()
         if limiter is None:
             return
-        if limiter._answers(node):
+        if limiter.answers(node):
             limiter._close(node)
             return
         del limiter
