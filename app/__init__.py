@@ -123,7 +123,10 @@ def _engine_options(config):
     if config["SQLALCHEMY_DATABASE_URI"].startswith("sqlite"):
         os.makedirs(os.path.dirname(config["SQLALCHEMY_DATABASE_URI"][len("sqlite:///"):]) or ".",
                     exist_ok=True)
-        return {"connect_args": {"timeout": 30}}
+        # How long a statement waits for another connection's write lock before it fails (a
+        # 503): as long as PostgreSQL's statements wait for a lock (LOCK_TIMEOUT), well inside
+        # the request's budget. 30 s held a request (and its thread) past the budget.
+        return {"connect_args": {"timeout": database.LOCK_SECONDS}}
     # No pool_pre_ping: it costs a round trip on every request. After a database restart the
     # first use of a dead connection fails (503), SQLAlchemy then invalidates the whole pool,
     # and the next request reconnects.

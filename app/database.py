@@ -49,7 +49,8 @@ _inherited = []  # connections a parent process kept: see Database.connection
 UNAVAILABLE_TEXT = "service temporarily unavailable"
 # How long a request-path statement waits for a lock before it gives up (a 503 that leaves
 # nothing written): well inside SPEC.md's 30 s request budget.
-LOCK_TIMEOUT = "5s"
+LOCK_SECONDS = 5
+LOCK_TIMEOUT = f"{LOCK_SECONDS}s"
 CUT_TEXT = "statement cut at its deadline"
 
 

@@ -1,6 +1,7 @@
 """A verify whose rows another transaction holds gives up within the request budget: a 503 that
-leaves nothing written, so the same request succeeds once the lock is gone. And a move to a
-limited plan waits for the verifications in flight."""
+leaves nothing written, so the same request succeeds once the lock is gone (on SQLite, the
+database's write lock). And a move to a limited plan waits for the verifications in flight."""
+import sqlite3
 import threading
 import time
 
@@ -12,7 +13,7 @@ from app.config import normalize_database_url
 from tests.conftest import TEST_DATABASE_URL
 from tests.support import assert_envelope, scale_response, set_usage, wait_for_a_lock_wait
 
-pytestmark = pytest.mark.skipif(not TEST_DATABASE_URL, reason="row locks are PostgreSQL's")
+postgresql_only = pytest.mark.skipif(not TEST_DATABASE_URL, reason="row locks are PostgreSQL's")
 
 
 def _verify_body(client, tenant):
@@ -22,6 +23,7 @@ def _verify_body(client, tenant):
             "response": scale_response(tenant.signing_secret, intent_hash)}
 
 
+@postgresql_only
 def test_a_verify_behind_a_held_usage_row_is_a_503_and_changes_nothing(client, tenant):
     first = client.post("/v1/intent/verify", headers=tenant.headers,
                         json=_verify_body(client, tenant))
@@ -53,6 +55,7 @@ def _sessions_waiting(dsn):
         return cursor.fetchone()[0]
 
 
+@postgresql_only
 def test_a_move_to_a_limited_plan_waits_for_the_verification_in_flight_and_counts_it(
         app, client, make_tenant, admin_headers):
     """An enterprise tenant at 999 verifications moves to free while one of its verifies is in
@@ -96,3 +99,26 @@ def test_a_move_to_a_limited_plan_waits_for_the_verification_in_flight_and_count
                     "monthly verification limit reached")
     usage = client.get("/v1/tenant/usage", headers=tenant.headers).get_json()
     assert (usage["plan"], usage["usage_count"]) == ("free", 1000)
+
+
+@pytest.mark.skipif(bool(TEST_DATABASE_URL), reason="the embedded default's lock (SQLite)")
+def test_a_verify_behind_a_held_sqlite_write_lock_is_a_503_within_the_lock_wait(app, client,
+                                                                                 tenant):
+    """The embedded default: a connection holding SQLite's write lock (a CLI command, another
+    worker, an operator's shell) makes a verify wait LOCK_SECONDS, then 503 with nothing
+    written. It waited 30 s, past the request's budget, holding its thread."""
+    body = _verify_body(client, tenant)
+    holder = sqlite3.connect(app.config["SQLALCHEMY_DATABASE_URI"][len("sqlite:///"):],
+                             isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        started = time.monotonic()
+        waited = client.post("/v1/intent/verify", headers=tenant.headers, json=body)
+        seconds = time.monotonic() - started
+        holder.execute("ROLLBACK")
+    finally:
+        holder.close()
+    assert_envelope(waited, 503, "service temporarily unavailable")
+    assert seconds < 20, f"waited {seconds:.1f} s for the lock"
+    assert client.post("/v1/intent/verify", headers=tenant.headers,
+                       json=body).get_json()["cleared"] is True
