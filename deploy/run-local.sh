@@ -5,6 +5,9 @@
 # starts on loopback: this development setup allows private addresses and http://).
 # GUNICORN_BIND picks another address; SERVICE_LOG the log file (instance/service.log).
 set -euo pipefail
+# What the service writes here (the SQLite database, its log, the local encryption key) is
+# the owner's alone: the database holds key digests and sealed signing secrets.
+umask 077
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 export FLASK_APP=wsgi

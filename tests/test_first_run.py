@@ -71,6 +71,9 @@ def test_run_local_runs_the_demo_and_stops_its_server_on_sigterm(environment):
     port = _run_demo(environment)
     with pytest.raises(ConnectionRefusedError):  # the script's gunicorn is gone with it
         socket.create_connection(("127.0.0.1", port), timeout=10).close()
+    # The database (key digests, sealed secrets) and the log are the owner's alone.
+    for path in (environment["DATABASE_URL"][len("sqlite:///"):], environment["SERVICE_LOG"]):
+        assert os.stat(path).st_mode & 0o077 == 0, oct(os.stat(path).st_mode)
 
 
 def test_run_local_runs_again_on_a_demo_tenant_with_other_keys(environment, tmp_path):
