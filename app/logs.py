@@ -103,6 +103,9 @@ def init_app(app):
     handler._intentgate = True
     root.addHandler(handler)
     root.setLevel(app.config["LOG_LEVEL"])
+    # Flask-Limiter says "ratelimit ... exceeded" at INFO for every refused request: the access
+    # line says it already (429), and a flood of them doubled the log.
+    logging.getLogger("flask-limiter").setLevel(logging.WARNING)
 
 
 def log_request(response):

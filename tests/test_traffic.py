@@ -60,6 +60,17 @@ def test_the_bucket_empties_and_refills(app, client, tenant):
     assert client.get("/v1/tenant/usage", headers=tenant.headers).status_code == 429
 
 
+def test_a_refused_request_is_one_log_line(app, client, tenant, caplog):
+    """The access line says 429; Flask-Limiter's own "ratelimit ... exceeded" line, one more
+    for every refused request, doubled the log under a flood."""
+    app.config.update(RATE_LIMIT_CAPACITY=1, RATE_LIMIT_REFILL_PER_MINUTE=1)
+    caplog.set_level("INFO")
+    statuses = [client.get("/v1/tenant/usage", headers=tenant.headers).status_code
+                for _ in range(3)]
+    assert statuses == [200, 429, 429]
+    assert [record.name for record in caplog.records] == ["app.access"] * 3
+
+
 def test_buckets_are_per_tenant_and_survive_key_rotation(app, client, make_tenant):
     from app.tenants import keys
 
