@@ -13,7 +13,7 @@ from app import create_app
 from app.config import ConfigError, redis_cluster_nodes
 from tests.conftest import ENCRYPTION_KEY, TEST_DATABASE_URL
 from tests.scale_out import REDIS_CLI, REDIS_SERVER, RedisClusterProcesses
-from tests.servers import GunicornServer
+from tests.servers import GunicornServer, free_port
 
 CAPACITY = 20
 # No token refills while a burst lasts (one per 10 s); failures: 5 at once.
@@ -123,6 +123,21 @@ def test_a_host_starts_while_its_cluster_does_not_answer_and_serves_once_it_does
         cluster.stop()
     assert leak_watch.leaks_in(server.log_path.read_text(errors="replace")) == []
     assert "Traceback" not in server.log_path.read_text(errors="replace")
+
+
+def test_a_generate_while_no_node_of_the_cluster_answers_is_the_outage_answer(request,
+                                                                              settings):
+    """A worker whose breaker is still closed: generate reads the principal kept in Redis
+    first (app.tenants.key_cache), and a cluster client that cannot be made is the store's
+    outage (503, the breaker opened), not a 500."""
+    if not TEST_DATABASE_URL:
+        pytest.skip("principals are kept in Redis where PostgreSQL confirms them")
+    settings["REDIS_URL"] = f"redis+cluster://127.0.0.1:{free_port()}"
+    client, tenant = request.getfixturevalue("client"), request.getfixturevalue("tenant")
+    answer = client.post("/v1/intent/generate", headers=tenant.headers,
+                         json={"user_token": "cluster-user-token"})
+    assert (answer.status_code, answer.get_json()["error"]) == (
+        503, "rate limit store unavailable")
 
 
 def test_health_is_503_while_a_master_is_down_before_any_request_met_it(gunicorn, cluster):

@@ -39,6 +39,7 @@ from types import SimpleNamespace
 
 import redis
 from flask import current_app
+from redis.exceptions import RedisClusterException
 
 from app import sql
 from app.clock import now_seconds
@@ -143,12 +144,13 @@ def _command(*command):
         return None
     try:
         return strategy.execute(*command)
-    except redis.RedisError as exc:
+    except (redis.RedisError, RedisClusterException) as exc:
         # When the store did not answer, the limiter's breaker opens until it answers again, so
         # this worker waits for it once in all, not once here and once for the bucket; an error
-        # the store answered (a refused command) concerns these keys only.
+        # the store answered (a refused command) concerns these keys only. A cluster none of
+        # whose nodes answers fails as RedisClusterException (app.traffic.cluster).
         log.warning("principal cache unavailable", extra={"failure": type(exc).__name__})
-        if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+        if isinstance(exc, (redis.ConnectionError, redis.TimeoutError, RedisClusterException)):
             strategy.trip()
         return None
 
