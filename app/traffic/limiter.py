@@ -23,6 +23,13 @@ class Limiter(flask_limiter.Limiter):
         # One attribute per Limiter: two limiters on one app keep their own state.
         self._state = f"_intentgate_limiter_{id(self)}"
 
+    def init_app(self, app):
+        # Flask-Limiter merges each app's RATELIMIT_STORAGE_OPTIONS into those of the apps
+        # before it, and one Limiter serves every app a process makes (the tests make many): a
+        # Redis Cluster's options then reached a single Redis's connections. Each app's own.
+        self._storage_options = {}
+        super().init_app(app)
+
     @property
     def context(self):
         state = _cv_request.get()  # LookupError outside a request, as the proxy's RuntimeError
