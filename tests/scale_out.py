@@ -133,6 +133,13 @@ class RedisClusterProcesses:
             raise
 
     def _start(self):
+        self.start_nodes()
+        self.create()
+        return self
+
+    def start_nodes(self):
+        """The masters, cluster-enabled, before the cluster is created: they answer, and serve
+        no slot."""
         self.directory.mkdir(parents=True, exist_ok=True)
         for port in self.ports:
             log_path = self.directory / f"redis-{port}.log"
@@ -144,6 +151,9 @@ class RedisClusterProcesses:
                      "--save", "", "--appendonly", "no", "--dir", str(self.directory)],
                     stdout=log, stderr=subprocess.STDOUT)
             _wait_for_port(port, self.processes[port], log_path)
+        return self
+
+    def create(self):
         subprocess.run([REDIS_CLI, "--cluster", "create",
                         *(f"127.0.0.1:{port}" for port in self.ports),
                         "--cluster-replicas", "0", "--cluster-yes"],

@@ -39,7 +39,13 @@ class ClusterStorage(RedisClusterStorage):
 
     def _make(self):
         uri, key_prefix, wrap_exceptions, options = self._arguments
-        RedisClusterStorage.__init__(self, uri, key_prefix, wrap_exceptions, **options)
+        try:
+            RedisClusterStorage.__init__(self, uri, key_prefix, wrap_exceptions, **options)
+        except (IndexError, KeyError) as exc:
+            # Nodes that answer but hold no slots yet (a cluster not yet created): redis-py's
+            # NodesManager fails to find a master with an IndexError. Not answering, as above.
+            self.storage = None
+            raise RedisClusterException("the cluster's nodes serve no slots") from exc
 
     def get_connection(self, readonly=False):
         if self.storage is None:

@@ -147,10 +147,7 @@ def store_available():
     costs a worker one timeout, like every other request, not one a call."""
     if limiter.limiter.broken:
         return False
-    if limiter.limiter.answers(None):
-        return True
-    limiter.limiter.trip()
-    return False
+    return limiter.limiter.check_store()
 
 
 def _forget(_exc=None):

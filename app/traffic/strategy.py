@@ -17,6 +17,7 @@ the others keep answering.
 """
 import contextvars
 import hashlib
+import logging
 import math
 import os
 import threading
@@ -30,6 +31,8 @@ from limits.storage import RedisClusterStorage, RedisStorage
 from limits.strategies import STRATEGIES, RateLimiter
 from limits.util import WindowStats
 from redis.exceptions import NoScriptError, RedisClusterException, ResponseError
+
+log = logging.getLogger(__name__)
 
 # KEYS[1] bucket; ARGV capacity, refill per second. Leaves `tokens` as the bucket holds now.
 _REFILL_LUA = """
@@ -156,6 +159,19 @@ class _RedisTokens:
                                     else client.PRIMARIES))
         except (redis.RedisError, RedisClusterException, OSError):
             return False
+
+    def silent_masters(self):
+        """On a cluster: the names of the masters that do not answer a PING now, each asked
+        on its own (a frozen one costs its timeout); RedisClusterException while there is no
+        client (app.traffic.cluster)."""
+        client = self.storage.get_connection()
+        silent = []
+        for primary in client.get_primaries():
+            try:
+                client.ping(target_nodes=primary)
+            except (redis.RedisError, OSError):
+                silent.append(primary.name)
+        return silent
 
     def node_of(self, key):
         """The cluster master that holds `key` (its breaker's name); one store otherwise."""
@@ -294,6 +310,25 @@ class TokenBucketRateLimiter(RateLimiter):
                 name=f"rate-limit-store-breaker-{node}")
             asking.start()
 
+    def check_store(self):
+        """/health's question: whether the store answers now. One that does not (a cluster:
+        each master that does not) opens its breaker, as a failed bucket call does, so the
+        worker pays the timeout once: a request that then meets that master does not wait
+        for it again."""
+        if not getattr(self.tokens, "cluster", False):
+            if self.storage.check():
+                return True
+            self._break(None)
+            return False
+        try:
+            silent = self.tokens.silent_masters()
+        except RedisClusterException:
+            self._break(None)
+            return False
+        for name in silent:
+            self._break(name)
+        return not silent
+
     def answers(self, node):
         """Whether the store answers now (waiting at most its socket timeout): a cluster master
         by its own PING, any other store by limits' health check (the storage's client and
@@ -316,13 +351,19 @@ class TokenBucketRateLimiter(RateLimiter):
 
 def _ask_until_answered(limiter_ref, node):
     """The breaker's thread: once a second, ask the store whether it answers; close the
-    breaker when it does. Holds the limiter weakly: a limiter that is gone ends it."""
+    breaker when it does. Holds the limiter weakly: a limiter that is gone ends it. It asks
+    on whatever a question raises: a thread that ended left its breaker open for good."""
     while True:
         time.sleep(BREAKER_SECONDS)
         limiter = limiter_ref()
         if limiter is None:
             return
-        if limiter.answers(node):
+        try:
+            answered = limiter.answers(node)
+        except Exception:  # noqa: BLE001 - logged; the store is taken as not answering
+            log.exception("rate-limit store breaker: asking the store failed")
+            answered = False
+        if answered:
             limiter._close(node)
             return
         del limiter
