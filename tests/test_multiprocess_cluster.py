@@ -157,26 +157,37 @@ def test_health_is_503_while_a_master_is_down_before_any_request_met_it(gunicorn
     assert {_health(server) for _ in range(6)} == {(503, "unavailable")}
 
 
-def test_a_master_that_does_not_answer_costs_one_timeout_not_three(gunicorn, make_tenant,
-                                                                    cluster):
-    """A frozen master: the request whose bucket it holds waits one REDIS_SOCKET_TIMEOUT, then
-    gets the outage answer. The cluster client retried a timeout twice (1.5 s at 0.5 s)."""
-    timeout = 1.5
-    server = gunicorn(workers=1, REDIS_URL=cluster.url, REDIS_SOCKET_TIMEOUT=timeout, **SETTINGS)
+TIMEOUT = 1.5  # REDIS_SOCKET_TIMEOUT of the tests with a frozen master
+
+
+def _usage_while_its_master_is_frozen(gunicorn, make_tenant, cluster, health_first=False):
+    """A usage request of a tenant whose bucket a frozen master holds, to one fresh worker
+    (after a /health, which answers 503, when `health_first`): (answer, seconds it took)."""
+    server = gunicorn(workers=1, REDIS_URL=cluster.url, REDIS_SOCKET_TIMEOUT=TIMEOUT,
+                      **SETTINGS)
     frozen = cluster.ports[-1]  # not the first startup node, which the client asks after
     tenant = make_tenant("pro")
     while cluster.owner_of(_slot(f"tenant:{tenant.tenant_id}")) != frozen:
         tenant = make_tenant("pro")
     cluster.processes[frozen].send_signal(signal.SIGSTOP)
     try:
+        if health_first:
+            assert _health(server) == (503, "unavailable")
         started = time.monotonic()
         answer = requests.get(server.url + "/v1/tenant/usage", headers=tenant.headers,
                               timeout=30)
-        waited = time.monotonic() - started
+        return answer, time.monotonic() - started
     finally:
         cluster.processes[frozen].send_signal(signal.SIGCONT)
+
+
+def test_a_master_that_does_not_answer_costs_one_timeout_not_three(gunicorn, make_tenant,
+                                                                    cluster):
+    """A frozen master: the request whose bucket it holds waits one REDIS_SOCKET_TIMEOUT, then
+    gets the outage answer. The cluster client retried a timeout twice (1.5 s at 0.5 s)."""
+    answer, waited = _usage_while_its_master_is_frozen(gunicorn, make_tenant, cluster)
     assert (answer.status_code, answer.json()["error"]) == (503, "rate limit store unavailable")
-    assert waited < 2 * timeout, f"{waited:.2f} s: more than one timeout"
+    assert waited < 2 * TIMEOUT, f"{waited:.2f} s: more than one timeout"
 
 
 def test_a_master_health_found_frozen_is_not_waited_for_again_by_a_request(
@@ -184,23 +195,10 @@ def test_a_master_health_found_frozen_is_not_waited_for_again_by_a_request(
     """A fresh worker's /health meets a frozen master first: it opens that master's breaker,
     so the request whose bucket the master holds is answered at once, not after a second
     timeout (before, /health opened only the worker's general breaker)."""
-    timeout = 1.5
-    server = gunicorn(workers=1, REDIS_URL=cluster.url, REDIS_SOCKET_TIMEOUT=timeout, **SETTINGS)
-    frozen = cluster.ports[-1]
-    tenant = make_tenant("pro")
-    while cluster.owner_of(_slot(f"tenant:{tenant.tenant_id}")) != frozen:
-        tenant = make_tenant("pro")
-    cluster.processes[frozen].send_signal(signal.SIGSTOP)
-    try:
-        assert _health(server) == (503, "unavailable")
-        started = time.monotonic()
-        answer = requests.get(server.url + "/v1/tenant/usage", headers=tenant.headers,
-                              timeout=30)
-        waited = time.monotonic() - started
-    finally:
-        cluster.processes[frozen].send_signal(signal.SIGCONT)
+    answer, waited = _usage_while_its_master_is_frozen(gunicorn, make_tenant, cluster,
+                                                       health_first=True)
     assert (answer.status_code, answer.json()["error"]) == (503, "rate limit store unavailable")
-    assert waited < timeout, f"{waited:.2f} s: a second timeout"
+    assert waited < TIMEOUT, f"{waited:.2f} s: a second timeout"
 
 
 @pytest.mark.parametrize("url, nodes", [
