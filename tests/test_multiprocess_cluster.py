@@ -165,6 +165,9 @@ def _usage_while_its_master_is_frozen(gunicorn, make_tenant, cluster, health_fir
     (after a /health, which answers 503, when `health_first`): (answer, seconds it took)."""
     server = gunicorn(workers=1, REDIS_URL=cluster.url, REDIS_SOCKET_TIMEOUT=TIMEOUT,
                       **SETTINGS)
+    # One worker of one host: run as several hosts, /health and the request would each go to
+    # another host's worker, as a load balancer's would.
+    server = getattr(server, "servers", [server])[0]
     frozen = cluster.ports[-1]  # not the first startup node, which the client asks after
     tenant = make_tenant("pro")
     while cluster.owner_of(_slot(f"tenant:{tenant.tenant_id}")) != frozen:
