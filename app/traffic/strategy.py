@@ -154,9 +154,10 @@ class _RedisTokens:
         """On a cluster: whether master `node` (every master for None) answers a PING now,
         through the cluster client: the breaker's thread asks, not a request."""
         try:
+            if node is None:
+                return not self.silent_masters()
             client = self.storage.get_connection()
-            return bool(client.ping(target_nodes=client.get_node(node_name=node) if node
-                                    else client.PRIMARIES))
+            return bool(client.ping(target_nodes=client.get_node(node_name=node)))
         except (redis.RedisError, RedisClusterException, OSError):
             return False
 
@@ -318,12 +319,12 @@ class TokenBucketRateLimiter(RateLimiter):
         if not getattr(self.tokens, "cluster", False):
             if self.storage.check():
                 return True
-            self._break(None)
+            self.trip()
             return False
         try:
             silent = self.tokens.silent_masters()
         except RedisClusterException:
-            self._break(None)
+            self.trip()
             return False
         for name in silent:
             self._break(name)
