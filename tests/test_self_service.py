@@ -140,6 +140,10 @@ def test_a_rotated_key_keeps_the_expiry_of_the_key_it_replaces(client, tenant):
     ({"name": "\u3164"}, "name must not contain control characters"),
     ({"name": "ab\u00adc"}, "name must not contain control characters"),
     ({"name": "\U000e0041x"}, "name must not contain control characters"),
+    ({"name": "\u2800"}, "name must not contain control characters"),  # the Braille blank
+    # Variation selectors alone: they change how the character before them is drawn.
+    ({"name": "\ufe0f"}, "name must contain a character to read"),
+    ({"name": " \u180b\U000e0100 "}, "name must contain a character to read"),
     ({"name": "x", "expires_in": 0}, "expires_in must be an integer between 1 and 315360000 "
                                      "seconds"),
     ({"name": "x", "expires_in": "60"}, "expires_in must be an integer between 1 and 315360000 "
@@ -152,6 +156,11 @@ def test_bad_key_requests_are_400(client, tenant, body, error):
 
 def test_key_names_are_trimmed(client, tenant):
     assert _create_key(client, tenant.headers, name="  deploy 2  ").get_json()["name"] == "deploy 2"
+
+
+def test_a_key_name_may_hold_variation_selectors_beside_what_they_change(client, tenant):
+    assert _create_key(client, tenant.headers, name="prod \u2764\ufe0f").get_json()["name"] == \
+        "prod \u2764\ufe0f"
 
 
 def test_rotate_key_replaces_only_the_calling_key(client, tenant):

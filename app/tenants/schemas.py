@@ -155,15 +155,29 @@ class _KeyName(fields.String):
 
 # Control characters, and the invisible ones that make two names look alike or reorder what a
 # reader sees: bidi marks and overrides, zero-width characters, line separators, the soft
-# hyphen and joiners, the Hangul fillers and other characters that render as nothing.
+# hyphen and joiners, the Hangul fillers, the Braille blank and other characters that render
+# as nothing.
 _NAME_REFUSES = ("\\u0000-\\u001f\\u007f-\\u009f\\u00ad\\u034f\\u061c\\u115f\\u1160"
                  "\\u17b4\\u17b5\\u180e\\u200b-\\u200f\\u2028-\\u202e\\u2060-\\u2064"
-                 "\\u2066-\\u2069\\u3164\\ufeff\\uffa0\\ufff9-\\ufffb")
-# For the document: none of those, and something besides whitespace (the name is trimmed, so a
-# blank one is empty). The same class is checked below, and the tag characters (U+E0000 to
-# U+E007F, invisible too), which a pattern cannot name in both Python's and ECMA's syntax.
-NAME_PATTERN = f"^[^{_NAME_REFUSES}]*[^{_NAME_REFUSES}\\s][^{_NAME_REFUSES}]*$"
+                 "\\u2066-\\u2069\\u2800\\u3164\\ufeff\\uffa0\\ufff9-\\ufffb")
+# Variation selectors (and Mongolian's free ones) only choose how the character before them is
+# drawn: a name may hold them (an emoji's U+FE0F), but they are not a character to read.
+_NAME_MARKS = "\\u180b-\\u180d\\u180f\\ufe00-\\ufe0f"
+# For the document: none of those, and something besides whitespace and marks (the name is
+# trimmed, so a blank one is empty). The same is checked below, with the tag characters
+# (U+E0000 to U+E007F, refused: invisible too) and the supplement's variation selectors
+# (U+E0100 to U+E01EF), which a pattern cannot name in both Python's and ECMA's syntax.
+NAME_PATTERN = f"^[^{_NAME_REFUSES}]*[^{_NAME_REFUSES}{_NAME_MARKS}\\s][^{_NAME_REFUSES}]*$"
 _REFUSED_IN_NAME = re.compile(f"[{_NAME_REFUSES}\U000e0000-\U000e007f]")
+# What is refused outright is the check above's to name.
+_READABLE_IN_NAME = re.compile(f"[^{_NAME_MARKS}\\s\U000e0100-\U000e01ef]")
+NAME_UNREADABLE = "name must contain a character to read"
+
+
+def _readable_name(value):
+    """Not marks alone: each only changes how the character before it is drawn."""
+    if value and not _READABLE_IN_NAME.search(value):
+        raise ValidationError(NAME_UNREADABLE)
 
 
 def _key_name_field(required):
@@ -172,7 +186,7 @@ def _key_name_field(required):
     return _KeyName(
         required=required, **optional,
         validate=[validate.Length(min=1, max=100, error="name must be 1 to 100 characters"),
-                  no_control_characters("name", _REFUSED_IN_NAME)],
+                  no_control_characters("name", _REFUSED_IN_NAME), _readable_name],
         error_messages={"required": "name is required", "null": "name is required",
                         "invalid": "name must be a string"},
         metadata={"pattern": NAME_PATTERN},
