@@ -371,6 +371,29 @@ def test_calls_in_flight_when_the_breaker_opens_do_not_lengthen_the_break():
         assert breaker.timed_out(trial) == 10.0
 
 
+def test_a_store_silent_after_its_headers_opens_the_breaker(client, tenant, app, raw_store,
+                                                            caplog):
+    """Headers, the start of the body, then nothing: the read timeout within the body is the
+    store falling silent, as before its headers. requests reports it as a ConnectionError,
+    which was taken for a quick failure: every generate then held its worker for the whole
+    read timeout, and no break began."""
+    app.config.update(CONTEXT_STORE_DEADLINE=5, CONTEXT_STORE_READ_TIMEOUT=0.3)
+
+    def silent_after_headers(store, connection):
+        store.send(connection, HEADERS % 20 + b'{"tags"')
+        time.sleep(3)
+
+    store = raw_store(silent_after_headers)
+    assert_envelope(_generate(client, tenant), 502, "context store request failed")
+    assert _failures(caplog) == ["read timeout"] and _breaks(caplog) == [5.0]
+    started = time.monotonic()
+    assert_envelope(_generate(client, tenant), 502, "context store request failed")
+    assert time.monotonic() - started < 0.3  # within the break: no call at all
+    assert _failures(caplog)[-1] == "breaker open"
+    assert _no_intent_written(app) and _nothing_metered(client, tenant)
+    store.thread.join(timeout=10)
+
+
 def test_a_quick_failure_opens_no_breaker(client, tenant, app, caplog):
     app.config["CONTEXT_STORE_URL"] = f"http://127.0.0.1:{free_port()}/context"
     for _ in range(3):

@@ -16,6 +16,7 @@ from flask import current_app
 from requests.adapters import HTTPAdapter
 from urllib3 import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.exceptions import ReadTimeoutError
 
 from app.context_store.breaker import Breaker
 
@@ -163,8 +164,15 @@ def _bounded_body(response):
     # A read of n bytes returns n unless the answer ended, so this reads at most
     # MAX_ANSWER_BYTES + 1 bytes; leaving the loop early closes the connection.
     body = b""
-    for chunk in response.iter_content(MAX_ANSWER_BYTES + 1):
-        body += chunk
-        if len(body) > MAX_ANSWER_BYTES:
-            raise AnswerTooLarge
+    try:
+        for chunk in response.iter_content(MAX_ANSWER_BYTES + 1):
+            body += chunk
+            if len(body) > MAX_ANSWER_BYTES:
+                raise AnswerTooLarge
+    except requests.ConnectionError as exc:
+        # requests reports a read timeout within the body as a ConnectionError (its
+        # iter_content): it is the store falling silent after its headers, a timeout.
+        if exc.args and isinstance(exc.args[0], ReadTimeoutError):
+            raise requests.ReadTimeout(*exc.args, response=response) from None
+        raise
     return body
