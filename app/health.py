@@ -28,9 +28,9 @@ def _database_ok():
 
 
 def _secret_keys_ok():
-    """The key ring against the database's record of the keys that sealed its secrets, when
-    the start could not check it (the database did not answer then): checked once it does,
-    here, where a ring that would have stopped the start is seen."""
+    """The key ring against the database's record of the keys that sealed its secrets, as the
+    start found it; when the start could not check it (the database did not answer then),
+    checked once it does, here, where a ring that would have stopped the start is seen."""
     extensions = current_app.extensions
     if extensions.get("secret_keys") == key_checks.DEFERRED:
         extensions["secret_keys"] = key_checks.check_deferred(current_app.config)
@@ -42,8 +42,9 @@ def _secret_keys_ok():
 @bp.alt_response(503, schema=HealthSchema,
                  description="The database or the rate-limit store is down (the failing check "
                              "says which), or `secret_keys`: the key ring cannot unseal the "
-                             "database's secrets, found after a start that could not check it; "
-                             "in the error envelope.")
+                             "database's secrets, found after a start that could not check it "
+                             "or by a worker started or reloaded while another process seals "
+                             "with a key this ring lacks; in the error envelope.")
 def health():
     """Health of the database and the rate-limit store"""
     checks = {

@@ -47,8 +47,8 @@ def check_at_start(config):
     """The check of create_app and of gunicorn's master: one or two small queries, on a
     connection of its own (nothing stays pooled to be inherited by forked workers). A database
     that cannot be reached now is checked before each seal, and by /health once it answers
-    (check_deferred). Returns DEFERRED then, else CHECKED (a ring a running master's worker
-    finds wanting included: it is said, below, and the worker serves on)."""
+    (check_deferred). Returns DEFERRED then, MISMATCHED for a ring a running master's worker
+    finds wanting (it is said, below, and the worker serves on), else CHECKED."""
     try:
         return _check(config)
     except KeyRingMismatch as exc:
@@ -57,11 +57,12 @@ def check_at_start(config):
         # or the master re-reading its settings on a reload (SIGHUP), while another process
         # already seals with a key this one lacks must not stop the master, and every worker
         # with it: it says so, and the tenants whose secrets it cannot unseal are answered 503
-        # until this process's ring holds the key.
+        # until this process's ring holds the key. /health says so too, as after a start that
+        # found the database down: the same ring, the same answer, whichever found it.
         if not master_files.master_running():
             raise
         log.error("%s; this worker goes on: secrets sealed with that key answer 503", exc)
-        return CHECKED
+        return MISMATCHED
 
 
 def check_deferred(config):
