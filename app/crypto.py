@@ -1,6 +1,7 @@
 """Key material: API keys and signing secrets are made, digested and sealed here only."""
 import hashlib
 import hmac
+import logging
 import os
 import secrets
 from contextlib import suppress
@@ -14,6 +15,8 @@ from app.keyring import checks, ring
 API_KEY_PREFIX = "key_live_"
 SIGNING_SECRET_PREFIX = "sig_live_"
 DISPLAY_PREFIX_LENGTH = len(API_KEY_PREFIX) + 6
+
+log = logging.getLogger(__name__)
 
 
 def new_api_key():
@@ -63,6 +66,21 @@ def _unseal(ring_text, sealed):
         return ring.multi_fernet(ring_text).decrypt(sealed.encode("ascii")).decode("utf-8")
     except InvalidToken:
         raise SealedSecretError() from None
+
+
+def grace_for(sealed, grace_seconds, **extra):
+    """The grace a rotation gives the secret `sealed` it replaces: `grace_seconds`, or none
+    for a secret that no key of the ring unseals (sealed with a key the database never
+    recorded: every seal checks the ring holds those), which would make each use of it in the
+    grace a 503, as it made the rotation needed."""
+    if grace_seconds > 0:
+        try:
+            unseal(sealed)
+        except SealedSecretError:
+            log.warning("the secret being replaced cannot be unsealed with "
+                        "SECRET_ENCRYPTION_KEY: rotated without a grace", extra=extra)
+            return 0
+    return grace_seconds
 
 
 def reseal(sealed):

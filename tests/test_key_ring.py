@@ -1,6 +1,7 @@
 """SECRET_ENCRYPTION_KEY as a key ring (CONTRACT.md, Operating safely): the first key seals,
 every key unseals, the database records which keys sealed its secrets, `flask secrets reseal`
 moves them all to the first key, and a process whose ring cannot unseal them does not start."""
+import dataclasses
 import json
 import os
 import signal
@@ -234,6 +235,27 @@ def test_a_secret_no_key_unseals_is_a_503_naming_the_tenant(ring_app, leak_watch
     lines = [json.loads(line) for line in leak_watch.buffer.getvalue().splitlines()]
     (logged,) = [line for line in lines if "cannot be unsealed" in line["message"]]
     assert logged["level"] == "ERROR" and logged["tenant_id"] == tenant.tenant_id
+
+
+def test_rotating_a_secret_no_key_unseals_gives_it_no_grace(ring_app, leak_watch):
+    """deploy/README's fix for such a secret is to rotate it. Kept for a grace, it answered
+    every verify of the grace 503 still, the new secret's included."""
+    app = ring_app(KEY_A)
+    tenant = _provision(app, leak_watch, "broken@example.com")
+    _seal_behind_the_rings_back(app, tenant.email, KEY_C)
+    client = app.test_client()
+    rotated = client.post("/v1/tenant/signing-secret/rotate", headers=tenant.headers,
+                          json={"grace_seconds": 3600})
+    assert rotated.status_code == 200 and rotated.get_json()["previous_valid_until"] is None
+    leak_watch.add(rotated.get_json()["signing_secret"])
+    renewed = dataclasses.replace(tenant, signing_secret=rotated.get_json()["signing_secret"])
+    assert _verify(app, renewed).get_json()["cleared"] is True
+    lines = [json.loads(line) for line in leak_watch.buffer.getvalue().splitlines()]
+    (said,) = [line for line in lines if "rotated without a grace" in line["message"]]
+    assert said["level"] == "WARNING" and said["tenant_id"] == tenant.tenant_id
+    entries = client.get("/v1/tenant/audit-log", headers=tenant.headers).get_json()["entries"]
+    assert entries[0]["action"] == "signing_secret.rotated"
+    assert entries[0]["details"]["grace_seconds"] == 0
 
 
 def test_reseal_names_a_secret_no_key_unseals_and_keeps_the_recorded_keys(ring_app, leak_watch):

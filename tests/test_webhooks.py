@@ -400,6 +400,25 @@ def test_a_rotated_secret_signs_beside_the_previous_one_during_the_grace(app, cl
         Webhook(new_secret).verify(request["body"], request["headers"])
 
 
+def test_rotating_a_secret_no_key_unseals_gives_it_no_grace(app, client, tenant, leak_watch):
+    """Kept for a grace, a secret no key of the ring unseals failed every attempt of the
+    grace, the new secret's signature with it."""
+    with Receiver() as receiver:
+        created = _create(client, tenant, receiver.url, leak_watch, events=["usage.threshold"])
+        with app.app_context():
+            db.session.execute(update(WebhookEndpoint).values(
+                secret_sealed=Fernet(Fernet.generate_key()).encrypt(b"whsec_gone").decode()))
+            db.session.commit()
+        rotated = client.post(f"/v1/tenant/webhooks/{created['id']}/rotate-secret",
+                              headers=tenant.headers, json={"grace_seconds": 3600}).get_json()
+        leak_watch.add(rotated["secret"])
+        assert rotated["previous_valid_until"] is None
+        client.post(f"/v1/tenant/webhooks/{created['id']}/test", headers=tenant.headers)
+        assert _deliver(app) == 1
+        (request,) = receiver.wait_for(1)
+    Webhook(rotated["secret"]).verify(request["body"], request["headers"])
+
+
 def test_a_secret_the_worker_cannot_unseal_fails_that_attempt_and_the_others_go_on(
         app, client, tenant, make_tenant, runner, leak_watch):
     """An operator's CLI ran with a newer key ring than the worker's: that endpoint's attempt

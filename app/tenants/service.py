@@ -138,6 +138,8 @@ def rotate_signing_secret(reference, grace_seconds=0):
     # to its caller, with a grace) verified nowhere.
     tenant = locked_tenant(find_tenant(reference).id)
     signing_secret = crypto.new_signing_secret()
+    grace_seconds = crypto.grace_for(tenant.signing_secret_sealed, grace_seconds,
+                                     tenant_id=tenant.id)
     if grace_seconds > 0:
         tenant.previous_signing_secret_sealed = tenant.signing_secret_sealed
         tenant.previous_signing_secret_expires_at = now_seconds() + grace_seconds

@@ -77,6 +77,8 @@ def rotate_secret(tenant_id, endpoint_id, grace_seconds=0):
     locked_tenant(tenant_id)
     row = _endpoint(tenant_id, endpoint_id)
     secret = signatures.new_secret()
+    grace_seconds = crypto.grace_for(row.secret_sealed, grace_seconds, tenant_id=tenant_id,
+                                     webhook_id=row.id)
     if grace_seconds > 0:
         row.previous_secret_sealed = row.secret_sealed
         row.previous_secret_expires_at = now_seconds() + grace_seconds
