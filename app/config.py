@@ -3,6 +3,7 @@
 Every setting has a typed parser; a bad value stops start-up with a message naming the variable,
 so a misconfigured worker never comes up half-working.
 """
+import base64
 import logging
 import math
 import os
@@ -32,6 +33,9 @@ CONFIG_ERROR_EXIT_STATUS = 3
 # SPEC.md's request timeout: the context store's deadline stays inside it, and a database
 # statement still unanswered when it has passed is cut (app.statement_deadline).
 REQUEST_SECONDS = 30
+# The longest a worker answers generate 502 without asking a silent context store
+# (app.context_store.breaker); CONTEXT_STORE_BREAK_SECONDS, the first break, is at most this.
+CONTEXT_STORE_MAX_BREAK_SECONDS = 60.0
 
 
 @contextmanager
@@ -64,10 +68,11 @@ def _integer(name, default, minimum=None, maximum=None):
     return value
 
 
-def _seconds(name, default):
-    """A timeout or an interval: a finite number of seconds above 0. A timeout of 0 makes a
-    socket fail every call at once (REDIS_SOCKET_TIMEOUT=0 answered every request 503 with
-    Redis healthy), and an interval of 0 turns a worker's wait into a busy loop."""
+def _seconds(name, default, most=math.inf):
+    """A timeout or an interval: a finite number of seconds above 0 (and at most `most`). A
+    timeout of 0 makes a socket fail every call at once (REDIS_SOCKET_TIMEOUT=0 answered every
+    request 503 with Redis healthy), and an interval of 0 turns a worker's wait into a busy
+    loop."""
     raw = _text(name)
     if raw is None:
         return default
@@ -77,6 +82,8 @@ def _seconds(name, default):
         raise ConfigError(f"{name} must be a number of seconds, got {raw!r}") from None
     if not 0 < value < math.inf:
         raise ConfigError(f"{name} must be more than 0 seconds, got {raw!r}")
+    if value > most:
+        raise ConfigError(f"{name} must be at most {most:g} seconds, got {raw!r}")
     return value
 
 
@@ -138,7 +145,10 @@ def from_environment(instance_path):
         "CONTEXT_STORE_CONNECT_TIMEOUT": _seconds("CONTEXT_STORE_CONNECT_TIMEOUT", 5.0),
         "CONTEXT_STORE_READ_TIMEOUT": _seconds("CONTEXT_STORE_READ_TIMEOUT", 20.0),
         "CONTEXT_STORE_DEADLINE": _seconds("CONTEXT_STORE_DEADLINE", 25.0),
-        "CONTEXT_STORE_BREAK_SECONDS": _seconds("CONTEXT_STORE_BREAK_SECONDS", 5.0),
+        # Doubling while the store stays silent, up to a minute: a first break longer than
+        # that would shut a store that blipped once out for longer than one that hangs.
+        "CONTEXT_STORE_BREAK_SECONDS": _seconds("CONTEXT_STORE_BREAK_SECONDS", 5.0,
+                                                most=CONTEXT_STORE_MAX_BREAK_SECONDS),
         "TAXONOMY_PATH": _text("TAXONOMY_PATH"),
         "CORS_ORIGINS": _origins("CORS_ORIGINS"),
         "SECRET_ENCRYPTION_KEY": _text("SECRET_ENCRYPTION_KEY"),
@@ -229,6 +239,10 @@ def check_context_store_url(url):
     if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
         raise ConfigError("CONTEXT_STORE_URL must be an absolute http:// or https:// URL "
                           "with a host")
+    if parts.username is not None or parts.password is not None:
+        # requests would send them as Basic credentials in place of the user's token.
+        raise ConfigError("CONTEXT_STORE_URL must not hold a user name or password: the "
+                          "user's token is what the store is sent (Authorization: Bearer)")
 
 
 REDIS_SCHEMES = ("redis", "rediss", "redis+cluster", "redis+sentinel")
@@ -332,11 +346,8 @@ FERNET_KEY = re.compile(r"[A-Za-z0-9_-]{43}=")
 def check_key_ring(ring_text):
     """One Fernet key, or several separated by commas: the first seals, all unseal."""
     keys = [key.strip() for key in ring_text.split(",")]
+    seen = []
     for position, key in enumerate(keys, start=1):
-        if key in keys[:position - 1]:
-            # "new,old" with the same key twice: a rotation that made no new key.
-            raise ConfigError(f"SECRET_ENCRYPTION_KEY: key {position} of the ring repeats key "
-                              f"{keys.index(key) + 1}")
         try:
             if not FERNET_KEY.fullmatch(key):
                 raise ValueError("not a Fernet key")
@@ -346,3 +357,11 @@ def check_key_ring(ring_text):
             raise ConfigError("SECRET_ENCRYPTION_KEY must be a Fernet key (32 url-safe "
                               f"base64-encoded bytes), or several separated by commas{which}"
                               ) from None
+        # "new,old" with the same key twice: a rotation that made no new key. Compared as the
+        # bytes, not the text: the 43rd character's two low bits decode to nothing, so four
+        # spellings are one key.
+        material = base64.urlsafe_b64decode(key)
+        if material in seen:
+            raise ConfigError(f"SECRET_ENCRYPTION_KEY: key {position} of the ring repeats key "
+                              f"{seen.index(material) + 1}")
+        seen.append(material)

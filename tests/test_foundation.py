@@ -17,6 +17,12 @@ from tests.support import assert_envelope, postgresql_connection
 KEY_NEW, KEY_OLD = Fernet.generate_key().decode(), Fernet.generate_key().decode()
 
 
+def _respelled(key):
+    """The same key, its last character's two low bits (which decode to nothing) flipped."""
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    return key[:42] + alphabet[alphabet.index(key[42]) ^ 3] + "="
+
+
 def test_default_config_is_not_testing(monkeypatch, tmp_path):
     monkeypatch.delenv("DATABASE_URL", raising=False)
     app = create_app({"SECRET_ENCRYPTION_KEY": None})
@@ -54,6 +60,9 @@ def test_default_config_is_not_testing(monkeypatch, tmp_path):
         # The same key twice: a rotation that made no new key.
         ("SECRET_ENCRYPTION_KEY", f"{KEY_NEW}, {KEY_OLD},{KEY_NEW}",
          "^SECRET_ENCRYPTION_KEY: key 3 of the ring repeats key 1$"),
+        # Spelled otherwise: the last character's two low bits decode to nothing.
+        ("SECRET_ENCRYPTION_KEY", f"{KEY_NEW},{_respelled(KEY_NEW)}",
+         "^SECRET_ENCRYPTION_KEY: key 2 of the ring repeats key 1$"),
         ("RATE_LIMIT_CAPACITY", "0", "^RATE_LIMIT_CAPACITY must be at least 1, got 0$"),
         ("LOG_LEVEL", "bogus", r"^LOG_LEVEL must be a level name of Python's logging \(DEBUG, "
                                r"INFO, WARNING, ERROR, CRITICAL\), got 'BOGUS'$"),
@@ -84,6 +93,14 @@ def test_default_config_is_not_testing(monkeypatch, tmp_path):
         ("CONTEXT_STORE_URL", "ftp://store.example/ctx", "CONTEXT_STORE_URL must be an absolute"),
         ("CONTEXT_STORE_URL", "http:///ctx", "must be an absolute http:// or https:// URL with a"),
         ("CONTEXT_STORE_URL", "http://store:port/ctx", "CONTEXT_STORE_URL's port must be a"),
+        # requests would send them as Basic credentials, in place of the user's token.
+        ("CONTEXT_STORE_URL", "http://user:pw@store.internal/ctx",
+         "^CONTEXT_STORE_URL must not hold a user name or password: the user's token is what "
+         r"the store is sent \(Authorization: Bearer\)$"),
+        ("CONTEXT_STORE_URL", "http://user@store.internal/ctx", "must not hold a user name"),
+        # Doubled while the store stays silent up to a minute: a first break is no longer.
+        ("CONTEXT_STORE_BREAK_SECONDS", "61", "^CONTEXT_STORE_BREAK_SECONDS must be at most 60 "
+                                              "seconds, got '61'$"),
     ],
 )
 def test_bad_settings_fail_fast(monkeypatch, name, value, message):

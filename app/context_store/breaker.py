@@ -16,7 +16,7 @@ nothing but whether this worker waits, and each worker learns the store's state 
 import threading
 import time
 
-MAX_BREAK_SECONDS = 60.0
+from app.config import CONTEXT_STORE_MAX_BREAK_SECONDS as MAX_BREAK_SECONDS
 CLOSED, TRIAL = "closed", "trial"  # what `allow` admitted a call as
 
 
@@ -54,7 +54,7 @@ class Breaker:
         blip must not double the break once per thread. Returns the break's seconds."""
         with self._lock:
             if admitted == TRIAL:
-                self._break = min(self._break * 2, max(MAX_BREAK_SECONDS, self.seconds))
+                self._break = min(self._break * 2, MAX_BREAK_SECONDS)
                 self._opened_at, self._trial = time.time(), False
             elif self._opened_at is None:
                 self._break, self._opened_at = self.seconds, time.time()
