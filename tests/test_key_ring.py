@@ -178,12 +178,14 @@ def test_reseal_moves_every_secret_and_an_interrupted_run_resumes(ring_app, leak
         db.session.remove()
     second = runner.invoke(args=["secrets", "reseal", "--batch-size", "2"])
     assert second.exit_code == 0, second.output
+    # Each line counts its own batch (the running totals were read as the batch's), the last
+    # the whole run.
     assert second.output.splitlines() == [
         "tenants 1-2: 0 re-sealed, 2 already sealed with the first key",
-        "tenants 3-4: 2 re-sealed, 2 already sealed with the first key",
-        "tenants 5-5: 4 re-sealed, 2 already sealed with the first key",
-        "admin_keys 1-1: 5 re-sealed, 2 already sealed with the first key",
-        f"webhook_endpoints {webhook_id}-{webhook_id}: 6 re-sealed, 2 already sealed with the "
+        "tenants 3-4: 2 re-sealed, 0 already sealed with the first key",
+        "tenants 5-5: 2 re-sealed, 0 already sealed with the first key",  # and its previous one
+        "admin_keys 1-1: 1 re-sealed, 0 already sealed with the first key",
+        f"webhook_endpoints {webhook_id}-{webhook_id}: 1 re-sealed, 0 already sealed with the "
         "first key",
         "done: 6 re-sealed, 2 already sealed with the first key; the database now records the "
         "first key only",

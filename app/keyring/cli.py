@@ -23,9 +23,9 @@ def reseal(batch_size, max_batches):
     Safe to interrupt and to run again: each batch is its own transaction, and secrets already
     sealed with the first key are left alone."""
 
-    def report(table, first_id, last_id, tally):
-        click.echo(f"{table} {first_id}-{last_id}: {tally.resealed} re-sealed, "
-                   f"{tally.current} already sealed with the first key")
+    def report(table, first_id, last_id, batch):
+        click.echo(f"{table} {first_id}-{last_id}: {batch.resealed} re-sealed, "
+                   f"{batch.current} already sealed with the first key")
 
     tally = resealing.run(batch_size, max_batches, report)
     if tally.stopped:

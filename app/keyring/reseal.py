@@ -25,10 +25,17 @@ class Tally:
     def complete(self):
         return not (self.unsealable or self.changed or self.stopped)
 
+    def add(self, batch):
+        self.resealed += batch.resealed
+        self.current += batch.current
+        self.changed += batch.changed
+        self.unsealable += batch.unsealable
+
 
 def run(batch_size, max_batches, report):
-    """Re-seal everything, calling `report(table, first_id, last_id, tally)` after each batch
-    is committed; stop after `max_batches` batches that re-sealed something (None: never).
+    """Re-seal everything, calling `report(table, first_id, last_id, batch)` after each batch
+    is committed (`batch`: that batch's own Tally); stop after `max_batches` batches that
+    re-sealed something (None: never).
     When every secret is sealed with the first key, the database records only that key."""
     tally, busy_batches = Tally(), 0
     # Recorded before the first secret is re-sealed with it, as every seal records its key: a
@@ -39,15 +46,15 @@ def run(batch_size, max_batches, report):
     for model, columns in checks.SEALED_COLUMNS:
         after_id = None
         while True:
-            resealed_before = tally.resealed
+            batch = Tally()
             with unit_of_work():  # a transaction per batch: locks held briefly, progress kept
-                batch = _reseal_batch(model, columns, after_id, batch_size, tally)
-            if batch is None:
+                ids = _reseal_batch(model, columns, after_id, batch_size, batch)
+            if ids is None:
                 break
-            first_id, last_id = batch
-            report(model.__tablename__, first_id, last_id, tally)
-            after_id = last_id
-            busy_batches += tally.resealed > resealed_before
+            tally.add(batch)
+            report(model.__tablename__, *ids, batch)
+            after_id = ids[1]
+            busy_batches += batch.resealed > 0
             if max_batches is not None and busy_batches >= max_batches:
                 tally.stopped = True
                 return tally
