@@ -381,15 +381,15 @@ def test_a_store_silent_after_its_headers_opens_the_breaker(client, tenant, app,
 
     def silent_after_headers(store, connection):
         store.send(connection, HEADERS % 20 + b'{"tags"')
-        time.sleep(3)
+        time.sleep(1)
 
     store = raw_store(silent_after_headers)
     assert_envelope(_generate(client, tenant), 502, "context store request failed")
     assert _failures(caplog) == ["read timeout"] and _breaks(caplog) == [5.0]
-    started = time.monotonic()
+    # Within the break, no call at all (the store, which answers one connection, would have
+    # refused it: "connection failed").
     assert_envelope(_generate(client, tenant), 502, "context store request failed")
-    assert time.monotonic() - started < 0.3  # within the break: no call at all
-    assert _failures(caplog)[-1] == "breaker open"
+    assert _failures(caplog) == ["read timeout", "breaker open"]
     assert _no_intent_written(app) and _nothing_metered(client, tenant)
     store.thread.join(timeout=10)
 
