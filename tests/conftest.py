@@ -233,6 +233,11 @@ def _stop_and_check(servers, leak_watch):
 def embedded_gunicorn(tmp_path, leak_watch):
     """gunicorn on the embedded defaults: its own SQLite file, no Redis. Yields (server, cli)
     where cli(*args) runs a flask command against the same database."""
+    if TEST_DATABASE_URL:
+        # The same processes on the same SQLite file whatever the suite's backend: on
+        # PostgreSQL these tests would repeat the SQLite suite's run to the byte, four minutes
+        # of CI's longer line (as tests/test_first_run.py).
+        pytest.skip("the embedded defaults whatever the backend: run by the SQLite suite")
     database_url = "sqlite:///" + str(tmp_path / "embedded.db")
     env = {"DATABASE_URL": database_url, "SECRET_ENCRYPTION_KEY": ENCRYPTION_KEY,
            "REDIS_URL": "", "FLASK_APP": "wsgi"}
