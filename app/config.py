@@ -68,8 +68,8 @@ def _integer(name, default, minimum=None, maximum=None):
     return value
 
 
-def _seconds(name, default, most=math.inf):
-    """A timeout or an interval: a finite number of seconds above 0 (and at most `most`). A
+def _seconds(name, default, maximum=math.inf):
+    """A timeout or an interval: a finite number of seconds above 0 (and at most `maximum`). A
     timeout of 0 makes a socket fail every call at once (REDIS_SOCKET_TIMEOUT=0 answered every
     request 503 with Redis healthy), and an interval of 0 turns a worker's wait into a busy
     loop."""
@@ -82,8 +82,8 @@ def _seconds(name, default, most=math.inf):
         raise ConfigError(f"{name} must be a number of seconds, got {raw!r}") from None
     if not 0 < value < math.inf:
         raise ConfigError(f"{name} must be more than 0 seconds, got {raw!r}")
-    if value > most:
-        raise ConfigError(f"{name} must be at most {most:g} seconds, got {raw!r}")
+    if value > maximum:
+        raise ConfigError(f"{name} must be at most {maximum:g} seconds, got {raw!r}")
     return value
 
 
@@ -148,7 +148,7 @@ def from_environment(instance_path):
         # Doubling while the store stays silent, up to a minute: a first break longer than
         # that would shut a store that blipped once out for longer than one that hangs.
         "CONTEXT_STORE_BREAK_SECONDS": _seconds("CONTEXT_STORE_BREAK_SECONDS", 5.0,
-                                                most=CONTEXT_STORE_MAX_BREAK_SECONDS),
+                                                maximum=CONTEXT_STORE_MAX_BREAK_SECONDS),
         "TAXONOMY_PATH": _text("TAXONOMY_PATH"),
         "CORS_ORIGINS": _origins("CORS_ORIGINS"),
         "SECRET_ENCRYPTION_KEY": _text("SECRET_ENCRYPTION_KEY"),

@@ -51,9 +51,10 @@ def run(batch_size, max_batches, report):
                 ids = _reseal_batch(model, columns, after_id, batch_size, batch)
             if ids is None:
                 break
+            first_id, last_id = ids
             tally.add(batch)
-            report(model.__tablename__, *ids, batch)
-            after_id = ids[1]
+            report(model.__tablename__, first_id, last_id, batch)
+            after_id = last_id
             busy_batches += batch.resealed > 0
             if max_batches is not None and busy_batches >= max_batches:
                 tally.stopped = True
