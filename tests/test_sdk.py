@@ -71,6 +71,7 @@ def test_client_round_trip_and_typed_errors(live):
     old_key = client.api_key
     rotation = client.rotate_key()
     assert client.api_key == rotation.new_key != old_key
+    assert rotation.new_key not in repr(rotation) and rotation.message in repr(rotation)
     assert client.usage().usage_count == 2  # the idempotent replay counted nothing
     with pytest.raises(AuthenticationError) as refused:
         Client(server.url, old_key).usage()

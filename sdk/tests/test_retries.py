@@ -150,6 +150,7 @@ def test_guard_returns_the_payload_or_raises_blocked(httpserver):
         client.guard("user-token-123", call_ai)
     assert blocked.value.reason == "InvalidSignature"
     assert blocked.value.request_id == "rid-blocked"  # to quote, as with any error
+    assert str(blocked.value) == "AI response blocked: InvalidSignature (request rid-blocked)"
     assert seen == [intent["intent_hash"]] * 2
 
 

@@ -13,8 +13,10 @@ class IntentGateError extends Error {
   }
 
   toString() {
-    const where = this.status ? ` (status ${this.status}, request ${this.requestId})` : '';
-    return `${this.name}: ${this.message}${where}`;
+    // What is known of it: a Blocked verdict has a request id but no error status.
+    const where = [this.status && `status ${this.status}`,
+      this.requestId && `request ${this.requestId}`].filter(Boolean).join(', ');
+    return `${this.name}: ${this.message}${where ? ` (${where})` : ''}`;
   }
 }
 

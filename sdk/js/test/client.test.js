@@ -89,6 +89,8 @@ test('guard rejects with Blocked and its reason when the gate blocks', async () 
   assert.equal(blocked.reason, 'InvalidSignature');
   assert.equal(blocked.message, 'AI response blocked: InvalidSignature');
   assert.match(blocked.requestId, REQUEST_ID); // the verify's, to quote as with any error
+  assert.equal(String(blocked),
+    `Blocked: AI response blocked: InvalidSignature (request ${blocked.requestId})`);
   assert.deepEqual(blocked.result,
     { cleared: false, reason: 'InvalidSignature', payload: null, replayed: false });
 });

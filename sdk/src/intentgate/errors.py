@@ -10,8 +10,11 @@ class IntentGateError(Exception):
         self.body = body or {}
 
     def __str__(self):
-        where = f" (status {self.status}, request {self.request_id})" if self.status else ""
-        return f"{self.message}{where}"
+        # What is known of it: a Blocked verdict has a request id but no error status.
+        where = ", ".join(part for part in (self.status and f"status {self.status}",
+                                            self.request_id and f"request {self.request_id}")
+                          if part)
+        return f"{self.message} ({where})" if where else self.message
 
 
 class AuthenticationError(IntentGateError):

@@ -1,5 +1,5 @@
 """What the service returns, as small typed objects."""
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 
@@ -29,5 +29,5 @@ class Usage:
 
 @dataclass(frozen=True)
 class KeyRotation:
-    new_key: str
+    new_key: str = field(repr=False)  # a live key: printing the result must not log it
     message: str
