@@ -51,7 +51,7 @@ ISSUE = ("INSERT INTO intents (owner, intent_hash, intent_class, issued_at, expi
          f"VALUES ({OWNER}, 'sha256:' || md5(random()::text) || md5(random()::text), "
          "'other', :now, :now + 3600) RETURNING intent_hash \\gset\n")
 # The principal's digest and fingerprint (kept) or NULL, NULL (just looked up).
-VERIFY = (f"SELECT * FROM intentgate_verification_gate(:now, ':intent_hash', {OWNER}, "
+VERIFY = (f"SELECT intentgate_verdict(:now, ':intent_hash', {OWNER}, "
           "md5(random()::text), true, :now, 60, :tenant, ':period', ':day', NULL, "
           "'evt_' || md5(random()::text), {principal});\n")
 LOOKED_UP, KEPT = "NULL, NULL", "':digest', ':fingerprint'"

@@ -116,7 +116,7 @@ def test_each_server_connection_counts_on_its_own_shard(app, make_tenant):
             pid = connection.execute(text("SELECT pg_backend_pid()")).scalar_one()
             for _ in range(pid % 4 + 1):  # a different number from each connection
                 reason = connection.execute(text(
-                    "SELECT reason FROM intentgate_verification_gate(1, 'sha256:none', :owner,"
+                    "SELECT intentgate_verdict(1, 'sha256:none', :owner,"
                     " 'm', true, 1, 60, :tenant, :period, :day, NULL, 'evt', NULL, NULL)"),
                     {"owner": f"tenant:{tenant.tenant_id}", "tenant": tenant.tenant_id,
                      "period": billing_period(), "day": utc_day()}).scalar_one()

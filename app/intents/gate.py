@@ -154,19 +154,25 @@ def _reason():
 # many workers race for it, the seen_responses key catches a replayed match_id, and the usage
 # upsert never passes the plan limit; one transaction holds all the steps.
 
-# PostgreSQL: one function, one round trip, its own transaction (or the caller's).
+# PostgreSQL: one function, one round trip, its own transaction (or the caller's). It answers
+# the reason (NULL: cleared), or one of these, which no reason is spelled like:
+_STALE = "stale"  # the kept principal no longer matches: nothing was written
+_OVER_LIMIT = "over_limit"  # the limited plan is used up: nothing was consumed or counted
+
+
 def _verify_steps(sql):
     return f"""IF p_tenant_id IS NOT NULL THEN
   PERFORM pg_advisory_xact_lock_shared({metering.PLAN_LOCK}, p_tenant_id);
 END IF;
-{_confirm_principal(sql)}
-IF p_tenant_id IS NOT NULL THEN
+IF p_fingerprint IS NOT NULL THEN
+  {_confirm_principal(sql)}
+ELSIF p_tenant_id IS NOT NULL THEN
   {sql(metering.plan_limit_now())} INTO p_plan_limit;
 END IF;
 IF p_plan_limit IS NOT NULL THEN
   {sql(metering.count_within_plan_statement())} INTO p_usage_count;
   IF p_usage_count IS NULL THEN
-    RETURN;
+    RETURN '{_OVER_LIMIT}';
   END IF;
   {sql(events.threshold_statement())};
 END IF;
@@ -181,33 +187,31 @@ IF p_recorded_match_id IS NOT NULL THEN
 END IF;
 p_reason := {sql(_reason())};
 IF p_tenant_id IS NOT NULL THEN
-  {sql(metering.add_to_day_statement())};
+  IF p_reason IS NULL THEN
+    {sql(metering.add_cleared_to_day_statement())};
+  ELSE
+    {sql(metering.add_to_day_statement())};
+  END IF;
   IF NOT FOUND THEN
     {sql(metering.count_daily_statement())};
   END IF;
 END IF;
-reason := p_reason;
-usage_count := p_usage_count;
-stale := false;
-RETURN NEXT;"""
+RETURN p_reason;"""
 
 
 def _confirm_principal(sql):
-    """The first step: a principal from the key cache (:fingerprint) must match the database
-    still; otherwise answer `stale` having written nothing."""
-    stale = keys.confirmation_steps(sql, "stale := true;\n  RETURN NEXT;\n  RETURN;")
-    return f"""IF p_fingerprint IS NOT NULL THEN
-{stale}
-END IF;"""
+    """The first step for a principal from the key cache (:fingerprint): it must match the
+    database still, or the gate answers `stale` having written nothing. The same statement
+    reads the tenant's plan limit (under the plan lock, as the separate read does)."""
+    return keys.confirmation_steps(sql, f"RETURN '{_STALE}';", metering.plan_limit())
 
 
 # Every verify runs it (tenant_id NULL: an admin key's, not metered), as a function PostgreSQL
-# plans once per connection. It answers the reason and, for a limited plan, the month's new
-# count against it; no row when that plan is used up; `stale` when the principal no longer
-# matches. Named anew when an unlimited plan stopped counting on monthly_usage: workers of the
-# previous release, during a rolling restart, still call intentgate_verify, which does.
-VERIFY_FUNCTION = database.Procedure(
-    "intentgate_verification_gate", _verify_steps,
+# plans once per connection. Named anew when its result changed to the one value: workers of
+# the previous release, during a rolling restart, still call intentgate_verification_gate
+# (and before it intentgate_verify), which stay.
+VERIFY_FUNCTION = database.ScalarProcedure(
+    "intentgate_verdict", _verify_steps,
     arguments=[("now", "bigint"), ("intent_hash", "text"), ("owner", "text"),
                ("match_id", "text"), ("signature_ok", "boolean"), ("timestamp", "bigint"),
                ("skew", "bigint"), ("tenant_id", "integer"), ("period", "text"), ("day", "text"),
@@ -217,17 +221,17 @@ VERIFY_FUNCTION = database.Procedure(
                ("consumed_id", "bigint"), ("recorded_match_id", "text"), ("issued_at", "bigint"),
                ("expires_at", "bigint"),
                ("sighting", "bigint"), ("first_sighting", "boolean"), ("reason", "text")],
-    returns=[("reason", "text"), ("usage_count", "bigint"), ("stale", "boolean")],
+    returns=[("reason", "text")],
 )
 
 
 def _in_one_call(params):
-    row = database.call(VERIFY_FUNCTION, params)
-    if row is None:
+    reason = database.call(VERIFY_FUNCTION, params).reason
+    if reason == _OVER_LIMIT:
         metering.refuse_over_limit()
-    if row.stale:
+    if reason == _STALE:
         raise key_cache.StaleCredentials()
-    return row.reason
+    return reason
 
 
 # SQLite: the same steps from Python, inside the view's BEGIN IMMEDIATE transaction (which

@@ -203,15 +203,17 @@ def _tenant_by_key_digest():
         fingerprint.label("fingerprint"))
 
 
-def confirmation_steps(sql, stale):
+def confirmation_steps(sql, stale, *also):
     """PL/pgSQL: whether the principal kept for :digest (:fingerprint, of :tenant_id) still
     matches the database at :now (app.tenants.key_cache); when it does not, the statements
     `stale` (which end the function), before anything is written. Variables: p_current text,
-    p_public_keys boolean."""
-    row = _credentials(_row_fingerprint(), _uses_public_keys())
+    p_public_keys boolean, and p_<name> for each labelled column of the tenant's row `also`
+    reads in the same statement."""
+    row = _credentials(_row_fingerprint(), _uses_public_keys(), *also)
     with_keys = select(_with_public_keys(bindparam("current", type_=Text),
                                          _public_keys(bindparam("tenant_id"))))
-    return f"""{sql(row)} INTO p_current, p_public_keys;
+    into = "".join(f", p_{column.name}" for column in also)
+    return f"""{sql(row)} INTO p_current, p_public_keys{into};
 IF p_public_keys THEN
   {sql(with_keys)} INTO p_current;
 END IF;
