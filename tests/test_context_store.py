@@ -394,6 +394,26 @@ def test_a_store_silent_after_its_headers_opens_the_breaker(client, tenant, app,
     store.thread.join(timeout=10)
 
 
+def test_a_slow_failure_opens_the_breaker_as_a_timeout_does(client, tenant, app, raw_store,
+                                                            caplog):
+    """A 504 after as long as a connection may take held the worker as a timeout would: taken
+    for a quick failure, every generate waited it out and no break began (a probe: 12
+    generates of 19 s each, /health answered after 19 s)."""
+    app.config["CONTEXT_STORE_CONNECT_TIMEOUT"] = 0.3
+
+    def slow_504(store, connection):
+        time.sleep(0.5)
+        store.send(connection, b"HTTP/1.1 504 Gateway Timeout\r\nContent-Length: 0\r\n\r\n")
+
+    store = raw_store(slow_504)
+    assert_envelope(_generate(client, tenant), 502, "context store request failed")
+    assert _failures(caplog) == ["status 504"] and _breaks(caplog) == [5.0]
+    # Within the break, no call at all (the store answers one connection only).
+    assert_envelope(_generate(client, tenant), 502, "context store request failed")
+    assert _failures(caplog) == ["status 504", "breaker open"]
+    store.thread.join(timeout=10)
+
+
 def test_a_quick_failure_opens_no_breaker(client, tenant, app, caplog):
     app.config["CONTEXT_STORE_URL"] = f"http://127.0.0.1:{free_port()}/context"
     for _ in range(3):

@@ -9,7 +9,9 @@ others still fail fast): an answer of any kind closes the breaker; another timeo
 for twice as long, up to MAX_BREAK_SECONDS. A store that hangs thus costs each worker one
 timeout a minute at most, and one that blipped costs a few seconds of 502s.
 
-A quick failure (refused, 5xx, a malformed answer) holds no one and opens nothing. The state
+A quick failure (refused, 5xx, a malformed answer) holds no one and opens nothing; one that
+took CONTEXT_STORE_CONNECT_TIMEOUT or longer (a 504 after 19 s) held its worker as a timeout
+does, and counts as one. The state
 is this process's own, like the rate-limit store's breaker (app.traffic.strategy): it decides
 nothing but whether this worker waits, and each worker learns the store's state itself.
 """

@@ -10,6 +10,7 @@ within CONTEXT_STORE_DEADLINE, at most 64 KiB long and nested no deeper than req
 (app.strict_json.MAX_DEPTH).
 """
 import logging
+import time
 
 import requests
 from flask import current_app
@@ -44,11 +45,14 @@ def tags_for(user_token):
     admitted = breaker.allow()
     if admitted is None:
         _failed("breaker open")
-    silent = False
+    silent, started = False, time.monotonic()
     try:
         return _fetch(url, user_token)
     except ContextStoreFailure as failure:
-        silent = isinstance(failure, StoreSilent)
+        # A failure that took as long as a connection may take held its worker as a timeout
+        # does (a store answering 504 after 19 s): it opens the breaker too.
+        silent = isinstance(failure, StoreSilent) or (
+            time.monotonic() - started >= current_app.config["CONTEXT_STORE_CONNECT_TIMEOUT"])
         if silent:
             log.warning("context store breaker open",
                         extra={"failure": str(failure), "seconds": breaker.timed_out(admitted)})
