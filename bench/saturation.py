@@ -55,10 +55,10 @@ VERIFY = (f"SELECT intentgate_verdict(:now, ':intent_hash', {OWNER}, "
           "md5(random()::text), true, :now, 60, :tenant, ':period', ':day', NULL, "
           "'evt_' || md5(random()::text), {principal});\n")
 LOOKED_UP, KEPT = "NULL, NULL", "':digest', ':fingerprint'"
-ISSUE_KEPT = ("SELECT made.intent_hash FROM (SELECT 'sha256:' || md5(random()::text) || "
-              "md5(random()::text) AS intent_hash) AS made, intentgate_issue_intent("
+ISSUE_KEPT = ("SELECT made.intent_hash, intentgate_issue("
               f"made.intent_hash, {OWNER}, 'other', :now, :now + 3600, ':digest', :now, "
-              "':fingerprint', :tenant, ':period', NULL) \\gset\n")
+              "':fingerprint', :tenant, ':period', NULL) AS issued FROM (SELECT 'sha256:' || "
+              "md5(random()::text) || md5(random()::text) AS intent_hash) AS made \\gset\n")
 PAIR_KEPT = ISSUE_KEPT + VERIFY.format(principal=KEPT)
 SCRIPTS = {"lookup": KEY_LOOKUP, "generate": PICK + ISSUE_KEPT,
            "pair": PICK + PAIR_KEPT,

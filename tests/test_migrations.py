@@ -500,16 +500,18 @@ BEFORE_ONE_VALUE_GATE = "b2d4f6a8c013"  # the revision before the gate answered 
 @pytest.mark.skipif(not TEST_DATABASE_URL, reason="the gate's functions are PostgreSQL's")
 def test_the_previous_releases_gate_answers_beside_the_one_value_gate(base_settings,
                                                                        empty_database_url):
-    """During a rolling restart the previous release's workers call intentgate_verification_gate:
-    it stays, and judges as the new gate does; the downgrade drops only the new one."""
+    """During a rolling restart the previous release's workers call intentgate_verification_gate
+    and intentgate_issue_intent: they stay, and the old gate judges as the new one does; the
+    downgrade drops only the new functions."""
     app = create_app({**base_settings, "SQLALCHEMY_DATABASE_URI": empty_database_url})
     arguments = ("1, 'sha256:none', 'admin:1', 'm', true, 1, 60,"
                  " NULL, NULL, NULL, NULL, NULL, NULL, NULL")
 
     def gates():
         return [name for (name,) in db.session.execute(text(
-            "SELECT proname FROM pg_proc WHERE proname IN"
-            " ('intentgate_verification_gate', 'intentgate_verdict') ORDER BY proname"))]
+            "SELECT proname FROM pg_proc WHERE proname IN ('intentgate_verification_gate',"
+            " 'intentgate_verdict', 'intentgate_issue_intent', 'intentgate_issue')"
+            " ORDER BY proname"))]
 
     with app.app_context():
         upgrade()
@@ -518,10 +520,11 @@ def test_the_previous_releases_gate_answers_beside_the_one_value_gate(base_setti
             f" intentgate_verdict({arguments})")).one() == ("UnknownIntent", "UnknownIntent")
         db.session.commit()
         downgrade(revision=BEFORE_ONE_VALUE_GATE)
-        assert gates() == ["intentgate_verification_gate"]
+        assert gates() == ["intentgate_issue_intent", "intentgate_verification_gate"]
         db.session.commit()
         upgrade()
-        assert gates() == ["intentgate_verdict", "intentgate_verification_gate"]
+        assert gates() == ["intentgate_issue", "intentgate_issue_intent", "intentgate_verdict",
+                           "intentgate_verification_gate"]
         db.session.commit()
         db.session.remove()
         db.engine.dispose()

@@ -38,17 +38,16 @@ def _insert_intent():
 
 
 def _issue_steps(sql):
-    stale = keys.confirmation_steps(sql, "issued := false;\n  RETURN NEXT;\n  RETURN;")
+    stale = keys.confirmation_steps(sql, "RETURN false;")
     return f"""{stale}
 IF p_plan_limit IS NOT NULL THEN
   {sql(_month_fits())} INTO p_fits;
   IF p_fits IS NULL THEN
-    RETURN;
+    RETURN NULL;
   END IF;
 END IF;
 {sql(_insert_intent().inline())};
-issued := true;
-RETURN NEXT;"""
+RETURN true;"""
 
 
 def _month_fits():
@@ -60,10 +59,12 @@ def _month_fits():
 
 # A principal from the key cache issues its intent through this function, in one round trip:
 # the INSERT runs only while the principal matches the database (`issued` false otherwise),
-# and for a limited plan only while the month has room (no row otherwise), which a kept
-# principal cannot tell (app.tenants.key_cache).
-ISSUE_FUNCTION = database.Procedure(
-    "intentgate_issue_intent", _issue_steps,
+# and for a limited plan only while the month has room (`issued` NULL otherwise), which a
+# kept principal cannot tell (app.tenants.key_cache). One value, as the gate's
+# (database.ScalarProcedure): workers of the previous release, during a rolling restart, still
+# call intentgate_issue_intent, which stays.
+ISSUE_FUNCTION = database.ScalarProcedure(
+    "intentgate_issue", _issue_steps,
     arguments=[("intent_hash", "text"), ("owner", "text"), ("intent_class", "text"),
                ("issued_at", "bigint"), ("expires_at", "bigint"), ("digest", "text"),
                ("now", "bigint"), ("fingerprint", "text"), ("tenant_id", "integer"),
@@ -96,7 +97,7 @@ def _issue_confirmed(principal, intent):
         **intent, "digest": principal.account.key_digest, "now": intent["issued_at"],
         "fingerprint": principal.fingerprint, "tenant_id": principal.id,
         "period": billing_period(), "plan_limit": monthly_limit(principal.tenant.plan)})
-    if row is None:
+    if row.issued is None:
         metering.refuse_over_limit()
     if not row.issued:
         raise key_cache.StaleCredentials()

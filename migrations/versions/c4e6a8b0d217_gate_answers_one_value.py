@@ -1,6 +1,7 @@
 """The gate as a function of one value: intentgate_verdict answers the reason (NULL: cleared,
 'stale', 'over_limit'), reads a kept principal's plan limit in the statement that confirms
-it, and counts a cleared verification on its day with a two-column UPDATE
+it, and counts a cleared verification on its day with a two-column UPDATE; intentgate_issue
+answers one value too
 
 Revision ID: c4e6a8b0d217
 Revises: b2d4f6a8c013
@@ -19,8 +20,12 @@ kept principal: 3,000 calls less 1,000, instructions per call; issue 24): 435,10
   as SELECT f(...) does neither: -40,700.
 Same arguments, same statements otherwise, same guarantees.
 
-intentgate_verification_gate stays as it is: workers of the previous release, during a
-rolling restart, call it. The downgrade drops intentgate_verdict.
+intentgate_issue, which issues a kept principal's intent, answers `issued` as one value too
+(false: stale, NULL: the limited plan is used up), where intentgate_issue_intent answered a
+row (no row when the plan is used up).
+
+intentgate_verification_gate and intentgate_issue_intent stay as they are: workers of the
+previous release, during a rolling restart, call them. The downgrade drops the new ones.
 """
 from alembic import op
 
@@ -108,11 +113,47 @@ RETURN p_reason;
 END
 $function$"""
 
+ISSUE_FUNCTION = """\
+CREATE OR REPLACE FUNCTION intentgate_issue(p_intent_hash text, p_owner text, p_intent_class text, p_issued_at bigint, p_expires_at bigint, p_digest text, p_now bigint, p_fingerprint text, p_tenant_id integer, p_period text, p_plan_limit bigint)
+RETURNS boolean LANGUAGE plpgsql
+SET lock_timeout = '5s' AS $function$
+#variable_conflict use_column
+DECLARE
+p_current text;
+p_public_keys boolean;
+p_fits integer;
+BEGIN
+SELECT md5(CAST((tenants.id, tenants.email, tenants.plan, tenants.active, tenants.signing_secret_sealed, tenants.previous_signing_secret_sealed, tenants.previous_signing_secret_expires_at, tenants.signature_scheme, tenants.previous_signature_scheme, tenants.previous_scheme_valid_until, api_keys.id, api_keys.key_digest, api_keys.prefix, api_keys.scopes) AS TEXT)) AS md5_1, tenants.signature_scheme = 'ed25519' OR tenants.previous_signature_scheme = 'ed25519' AS anon_1 
+FROM api_keys JOIN tenants ON tenants.id = api_keys.tenant_id 
+WHERE api_keys.key_digest = p_digest AND api_keys.revoked_at IS NULL AND (api_keys.expires_at IS NULL OR api_keys.expires_at > p_now) INTO p_current, p_public_keys;
+IF p_public_keys THEN
+  SELECT md5(p_current || coalesce((SELECT string_agg(signing_keys.public_key, ',' ORDER BY signing_keys.id) AS string_agg_1 
+FROM signing_keys 
+WHERE signing_keys.tenant_id = p_tenant_id AND signing_keys.revoked_at IS NULL AND (signing_keys.expires_at IS NULL OR signing_keys.expires_at > p_now)), '')) AS md5_1 INTO p_current;
+END IF;
+IF p_current IS DISTINCT FROM p_fingerprint THEN
+  RETURN false;
+END IF;
+IF p_plan_limit IS NOT NULL THEN
+  SELECT 1 AS anon_1 
+WHERE CAST((SELECT coalesce(sum(month_shards.usage_count), 0) AS coalesce_1 
+FROM monthly_usage AS month_shards 
+WHERE month_shards.tenant_id = p_tenant_id AND month_shards.period = p_period) AS BIGINT) < p_plan_limit INTO p_fits;
+  IF p_fits IS NULL THEN
+    RETURN NULL;
+  END IF;
+END IF;
+INSERT INTO intents (owner, intent_hash, intent_class, issued_at, expires_at) VALUES (p_owner, p_intent_hash, p_intent_class, p_issued_at, p_expires_at);
+RETURN true;
+END
+$function$"""
+
 
 def upgrade():
     if op.get_bind().dialect.name == "postgresql":
         op.execute("SET LOCAL lock_timeout = '5s'")
         op.execute(VERIFY_FUNCTION)
+        op.execute(ISSUE_FUNCTION)
 
 
 def downgrade():
@@ -120,3 +161,5 @@ def downgrade():
         op.execute("SET LOCAL lock_timeout = '5s'")
         op.execute("DROP FUNCTION intentgate_verdict(bigint, text, text, text, boolean, bigint, "
                    "bigint, integer, text, text, bigint, text, text, text)")
+        op.execute("DROP FUNCTION intentgate_issue(text, text, text, bigint, bigint, text, "
+                   "bigint, text, integer, text, bigint)")
