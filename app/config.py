@@ -313,6 +313,10 @@ def validate(config):
     check_database_url(config["SQLALCHEMY_DATABASE_URI"])
     if config["REDIS_URL"] is not None:
         check_redis_url(config["REDIS_URL"])
+    if config["WEBHOOK_ALLOW_PRIVATE_ADDRESSES"] and config["DEPLOYMENT_MODE"] == "production":
+        # It turns off the webhook SSRF filter: tenants' URLs could reach this network.
+        raise ConfigError("WEBHOOK_ALLOW_PRIVATE_ADDRESSES is for development and tests: not in "
+                          "production")
     ca_file = config["WEBHOOK_CA_FILE"]
     if ca_file is not None and not (os.path.isfile(ca_file) and os.access(ca_file, os.R_OK)):
         raise ConfigError(f"WEBHOOK_CA_FILE names no readable file: {ca_file}")

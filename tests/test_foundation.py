@@ -131,6 +131,20 @@ def test_every_redis_url_form_the_contract_names_is_accepted(monkeypatch, tmp_pa
     config.validate(config.from_environment(str(tmp_path)))
 
 
+def test_production_refuses_webhooks_to_private_addresses(monkeypatch, tmp_path):
+    """The SSRF filter's switch is for development and tests (CONTRACT.md): in production it
+    would let a tenant's webhook URL reach the service's own network."""
+    monkeypatch.setenv("DEPLOYMENT_MODE", "production")
+    monkeypatch.setenv("SECRET_ENCRYPTION_KEY", Fernet.generate_key().decode())
+    monkeypatch.setenv("WEBHOOK_ALLOW_PRIVATE_ADDRESSES", "true")
+    with pytest.raises(ConfigError, match="WEBHOOK_ALLOW_PRIVATE_ADDRESSES is for development"):
+        config.validate(config.from_environment(str(tmp_path)))
+    monkeypatch.setenv("DEPLOYMENT_MODE", "local")
+    settings = config.from_environment(str(tmp_path))
+    config.validate(settings)
+    assert settings["WEBHOOK_ALLOW_PRIVATE_ADDRESSES"] is True
+
+
 def test_production_requires_an_encryption_key(monkeypatch):
     monkeypatch.setenv("DEPLOYMENT_MODE", "production")
     monkeypatch.delenv("SECRET_ENCRYPTION_KEY", raising=False)
