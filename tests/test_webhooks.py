@@ -208,6 +208,29 @@ def test_a_claim_passes_over_an_endpoint_another_transaction_holds(app, client, 
     assert claimed is not None and claimed[0].endpoint_id == free_id
 
 
+def test_a_claim_takes_a_tenant_with_no_attempt_in_flight_first(app, client, make_tenant,
+                                                                 leak_watch):
+    """One tenant's receivers hang: its attempts hold a worker per endpoint. Another tenant's
+    attempt, due later, goes before that tenant's next one, as soon as a worker is free (a
+    probe: a healthy receiver's event came 194 s late, behind five 15 s timeouts)."""
+    slow, other = make_tenant("pro"), make_tenant("pro")
+    slow_ids = [_create(client, slow, f"http://127.0.0.1:9/{number}", leak_watch,
+                        events=["usage.threshold"])["id"] for number in range(2)]
+    other_id = _create(client, other, "http://127.0.0.1:9/other", leak_watch,
+                       events=["usage.threshold"])["id"]
+    for at, (who, webhook_id) in enumerate(
+            [(slow, slow_ids[0]), (slow, slow_ids[1]), (other, other_id)]):
+        with time_machine.travel(1_800_000_000 + at, tick=False):  # due in this order
+            client.post(f"/v1/tenant/webhooks/{webhook_id}/test", headers=who.headers)
+    with app.app_context():
+        delivery.dispatch(1_800_000_010)
+        first = delivery.claim(1_800_000_010, 60)[0]  # the slow tenant's, now in flight
+        second = delivery.claim(1_800_000_010, 60)[0]
+        third = delivery.claim(1_800_000_010, 60)[0]  # no other tenant's left: the slow one's
+    assert [attempt.endpoint_id for attempt in (first, second, third)] == [
+        slow_ids[0], other_id, slow_ids[1]]
+
+
 def test_attempts_go_in_the_events_order_however_the_workers_shared_their_dispatch(
         app, client, tenant, leak_watch):
     """Two workers dispatching at once each take the events the other has not locked: one

@@ -11,7 +11,9 @@ once; receivers deduplicate by webhook-id, which is the same on every attempt.
 
 An endpoint has at most one attempt in flight across all workers (a claim passes over the
 attempts of an endpoint that holds a live lease): a receiver that is slow to answer holds one
-worker at a time, never all of them, and the other workers go on with the others' events.
+worker at a time. A claim takes the attempts of tenants with none in flight first: a tenant's
+slow receivers hold at most a worker per endpoint, and only while no other tenant's attempt
+is due.
 """
 import http.client
 import logging
@@ -92,37 +94,17 @@ def dispatch(now):
 
 
 def claim(now, lease_seconds):
-    """Lease one due attempt of an endpoint with none in flight; return (attempt, endpoint,
-    event, lease token) or None."""
+    """Lease one due attempt of an endpoint with none in flight, a tenant with none in flight
+    first; return (attempt, endpoint, event, lease token) or None."""
     token = secrets.token_hex(8)
     with unit_of_work():
-        busy = []  # endpoints found busy by this claim: the next candidate is another's
-        for _ in range(CLAIM_CANDIDATES):
-            # A savepoint per candidate: one whose endpoint is busy is let go of at once, so
-            # that the claim holding that endpoint, which waits for its first attempt below,
-            # never waits for this claim.
-            candidate = db.session.begin_nested()
-            attempt = _first_due(
-                now, not_(_in_flight(WebhookDelivery.tenant_id, WebhookDelivery.endpoint_id,
-                                     now)),
-                *(not_(and_(WebhookDelivery.tenant_id == tenant_id,
-                            WebhookDelivery.endpoint_id == endpoint_id))
-                  for tenant_id, endpoint_id in busy), skip_locked=True)
-            if attempt is None:
-                candidate.commit()
-                return None
-            endpoint_key = (attempt.tenant_id, attempt.endpoint_id)
-            if _endpoint_free(attempt, now):
-                candidate.commit()
-                # The endpoint's first due attempt, waited for: a claim that found the endpoint
-                # busy may have held an earlier one's row a moment, and the statement above
-                # skipped it. With the endpoint locked, this claim alone takes its attempts.
-                attempt = _first_due(now, WebhookDelivery.tenant_id == endpoint_key[0],
-                                     WebhookDelivery.endpoint_id == endpoint_key[1])
-                break
-            candidate.rollback()
-            busy.append(endpoint_key)
-        else:
+        # A tenant whose receivers are slow holds a worker per endpoint it has (up to five):
+        # the other tenants' attempts go first, so they wait for a worker to come free, not
+        # for that tenant's queue (a probe: a healthy receiver's test event came 194 s late,
+        # behind another tenant's five 15 s timeouts on three workers).
+        attempt = (_claimable(now, not_(_tenant_in_flight(WebhookDelivery.tenant_id, now)))
+                   or _claimable(now))
+        if attempt is None:
             return None
         attempt.leased_until, attempt.lease_token = now + lease_seconds, token
         # Read afresh: a running worker's session keeps the rows it loaded (expire_on_commit
@@ -132,6 +114,37 @@ def claim(now, lease_seconds):
         event = db.session.get(WebhookEvent, (attempt.tenant_id, attempt.event_id),
                                populate_existing=True)
     return attempt, endpoint, event, token
+
+
+def _claimable(now, *conditions):
+    """The first due attempt, under `conditions`, of an endpoint with none in flight, its
+    endpoint locked by this claim (or None)."""
+    busy = []  # endpoints found busy by this claim: the next candidate is another's
+    for _ in range(CLAIM_CANDIDATES):
+        # A savepoint per candidate: one whose endpoint is busy is let go of at once, so that
+        # the claim holding that endpoint, which waits for its first attempt below, never
+        # waits for this claim.
+        candidate = db.session.begin_nested()
+        attempt = _first_due(
+            now, *conditions,
+            not_(_in_flight(WebhookDelivery.tenant_id, WebhookDelivery.endpoint_id, now)),
+            *(not_(and_(WebhookDelivery.tenant_id == tenant_id,
+                        WebhookDelivery.endpoint_id == endpoint_id))
+              for tenant_id, endpoint_id in busy), skip_locked=True)
+        if attempt is None:
+            candidate.commit()
+            return None
+        endpoint_key = (attempt.tenant_id, attempt.endpoint_id)
+        if _endpoint_free(attempt, now):
+            candidate.commit()
+            # The endpoint's first due attempt, waited for: a claim that found the endpoint
+            # busy may have held an earlier one's row a moment, and the statement above
+            # skipped it. With the endpoint locked, this claim alone takes its attempts.
+            return _first_due(now, WebhookDelivery.tenant_id == endpoint_key[0],
+                              WebhookDelivery.endpoint_id == endpoint_key[1])
+        candidate.rollback()
+        busy.append(endpoint_key)
+    return None
 
 
 def _first_due(now, *conditions, skip_locked=False):
@@ -153,6 +166,13 @@ def _in_flight(tenant_id, endpoint_id, now):
     leased = aliased(WebhookDelivery)
     return exists().where(leased.tenant_id == tenant_id, leased.endpoint_id == endpoint_id,
                           leased.at.is_(None), leased.leased_until >= now)
+
+
+def _tenant_in_flight(tenant_id, now):
+    """Whether an attempt of any of the tenant's endpoints is leased now."""
+    leased = aliased(WebhookDelivery)
+    return exists().where(leased.tenant_id == tenant_id, leased.at.is_(None),
+                          leased.leased_until >= now)
 
 
 def _endpoint_free(attempt, now):
