@@ -103,7 +103,30 @@ MAX_DETAILS, MAX_NAME = 10, 100
 
 def _validation_error(exc):
     messages = _as_answered(exc.messages)
-    return error_response(_first_message(messages), 400, details=messages)
+    return error_response(_first_message(messages), 400, details=_by_field(messages))
+
+
+def _by_field(messages):
+    """CONTRACT.md's `{"<field>": ["<message>", ...]}`: a nested object's fields named by their
+    path (`response.match_id`), a list's items' messages under the list's own name, once each
+    (marshmallow keys them by index: {"events": {"0": [...]}}); at most MAX_DETAILS fields."""
+    fields = {}
+
+    def add(value, path):
+        if isinstance(value, dict):
+            for name, inner in value.items():
+                inside = not isinstance(name, str) or name == "_schema"  # an index, the object
+                add(inner, path if inside else (f"{path}.{name}" if path else name))
+        elif isinstance(value, list):
+            for inner in value:
+                add(inner, path)
+        else:
+            said = fields.setdefault(path or "_schema", [])
+            if value not in said:
+                said.append(value)
+
+    add(messages, None)
+    return dict(list(fields.items())[:MAX_DETAILS])
 
 
 def _as_answered(messages):

@@ -600,6 +600,21 @@ def test_unknown_event_types_are_refused(client, tenant, events):
     assert "events" in body["details"] and "may not be null" not in json.dumps(body)
 
 
+def test_details_name_each_field_with_its_messages_as_the_contract_shapes_them(client, tenant):
+    """`{"<field>": ["<message>", ...]}`: a list's bad items under the list's own name, once,
+    not keyed by index ({"events": {"0": [...], "1": [...]}}); a nested object's fields by
+    their path."""
+    body = assert_envelope(client.post("/v1/tenant/webhooks", headers=tenant.headers, json={
+        "url": "https://93.184.215.14/x", "events": ["nope", "nor-this"]}), 400)
+    (message,) = body["details"]["events"]
+    assert list(body["details"]) == ["events"] and message.startswith("events must name")
+    body = assert_envelope(client.post("/v1/intent/verify", headers=tenant.headers, json={
+        "original_intent_hash": "sha256:" + "0" * 64, "response": {"match_id": 5}}), 400)
+    assert all(isinstance(messages, list) and all(isinstance(text, str) for text in messages)
+               for messages in body["details"].values())
+    assert "response.match_id" in body["details"]
+
+
 @pytest.mark.parametrize("event_type", ["audit.key.created", "audit.api_key.create",
                                         "api_key.created", "audit.anything.at_all"])
 def test_an_audit_action_the_log_never_records_is_refused(client, tenant, event_type):
