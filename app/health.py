@@ -1,14 +1,19 @@
 """Public health check: the database and the rate-limit store must both answer."""
+import logging
+
 from flask import current_app, g
 from marshmallow import Schema, fields
-from sqlalchemy import literal, select
+from sqlalchemy import select
 
 from app import database
 from app.errors import Unavailable
 from app.keyring import checks as key_checks
+from app.keyring import ring
+from app.keyring.models import SecretKeyCheck
 from app.openapi import Blueprint
 from app.traffic import limits
 
+log = logging.getLogger(__name__)
 bp = Blueprint("health", __name__)
 
 
@@ -19,22 +24,37 @@ class HealthSchema(Schema):
     request_id = fields.String()
 
 
-def _database_ok():
+def _sealing_keys():
+    """The database's record of the keys that sealed its secrets (their check values)."""
+    return select(SecretKeyCheck.check_value)
+
+
+def _recorded_keys():
+    """The check values the database records, or None when it does not answer."""
     try:
-        database.execute("health", lambda: select(literal(1)), {})
-        return True
+        return {row.check_value for row in database.execute("health", _sealing_keys, {})}
     except Unavailable:
-        return False
+        return None
 
 
-def _secret_keys_ok():
-    """The key ring against the database's record of the keys that sealed its secrets, as the
-    start found it; when the start could not check it (the database did not answer then),
-    checked once it does, here, where a ring that would have stopped the start is seen."""
-    extensions = current_app.extensions
+def _secret_keys_ok(recorded):
+    """The key ring against the database's record of the keys that sealed its secrets (the
+    `recorded` check values): as the start found it; when the start could not check it (the
+    database did not answer then), checked once it does, here, where a ring that would have
+    stopped the start is seen; and as the record is now, which another process, its ring
+    changed before this one's, may have grown with a key this ring lacks since it started
+    (its tenants then get 503s from this process, and /health said 200)."""
+    extensions, config = current_app.extensions, current_app.config
     if extensions.get("secret_keys") == key_checks.DEFERRED:
-        extensions["secret_keys"] = key_checks.check_deferred(current_app.config)
-    return extensions.get("secret_keys") != key_checks.MISMATCHED
+        extensions["secret_keys"] = key_checks.check_deferred(config)
+    if extensions.get("secret_keys") == key_checks.MISMATCHED:
+        return False
+    if recorded <= set(ring.check_values(config["SECRET_ENCRYPTION_KEY"])):
+        return True
+    extensions["secret_keys"] = key_checks.MISMATCHED  # said once; it lasts until a restart
+    log.error("%s; found by /health: another process seals with it since this one started",
+              key_checks.mismatch(config))
+    return False
 
 
 @bp.get("/health")
@@ -42,16 +62,16 @@ def _secret_keys_ok():
 @bp.alt_response(503, schema=HealthSchema,
                  description="The database or the rate-limit store is down (the failing check "
                              "says which), or `secret_keys`: the key ring cannot unseal the "
-                             "database's secrets, found after a start that could not check it "
-                             "or by a worker started or reloaded while another process seals "
-                             "with a key this ring lacks; in the error envelope.")
+                             "database's secrets: another process seals with a key this ring "
+                             "lacks; in the error envelope.")
 def health():
     """Health of the database and the rate-limit store"""
+    recorded = _recorded_keys()
     checks = {
-        "database": "ok" if _database_ok() else "unavailable",
+        "database": "unavailable" if recorded is None else "ok",
         "rate_limit_store": "ok" if limits.store_available() else "unavailable",
     }
-    if checks["database"] == "ok" and not _secret_keys_ok():
+    if recorded is not None and not _secret_keys_ok(recorded):
         checks["secret_keys"] = key_checks.MISMATCHED
     healthy = all(state == "ok" for state in checks.values())
     if healthy:

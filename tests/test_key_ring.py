@@ -487,3 +487,23 @@ def _assert_mismatch_said(health):
     assert health.status_code == 503, health.text
     assert health.json()["checks"] == {"database": "ok", "rate_limit_store": "ok",
                                        "secret_keys": "mismatch"}
+
+
+def test_a_running_process_whose_ring_lacks_a_key_another_now_seals_with_is_unhealthy(
+        ring_app, leak_watch, caplog):
+    """A process started on the old ring while another, its ring changed first, seals with
+    the new key: its tenants get 503s from this process, and its /health said 200. The
+    database's record of the sealing keys says so at once."""
+    running = ring_app(KEY_A)
+    healthy = running.test_client().get("/health")
+    assert healthy.status_code == 200, healthy.get_json()
+    _provision(ring_app(f"{KEY_B},{KEY_A}"), leak_watch, "newer@example.com")  # sealed with B
+    with caplog.at_level("ERROR", logger="app.health"):
+        for _ in range(2):  # said once
+            answer = running.test_client().get("/health")
+            assert answer.status_code == 503
+            assert answer.get_json()["checks"] == {
+                "database": "ok", "rate_limit_store": "ok", "secret_keys": "mismatch"}
+    said = [record.message for record in caplog.records if record.name == "app.health"]
+    assert len(said) == 1 and said[0].startswith(MISMATCH)
+    assert ring_app(f"{KEY_B},{KEY_A}").test_client().get("/health").status_code == 200
