@@ -341,9 +341,20 @@ def _connection(database):
         _unavailable(exc, None)
 
 
+# What PostgreSQL answers when the schema lacks what this release calls: a function, a table
+# or a column not there (a `flask db downgrade` run before the previous release was back).
+SCHEMA_BEHIND = {"42883", "42P01", "42703"}
+
+
 def _unavailable(exc, connection):
     """Turn the database's own failure into the contract's 503; anything else is re-raised."""
     database = current()
+    if getattr(exc, "pgcode", None) in SCHEMA_BEHIND:
+        # The operator's to fix (upgrade, or put the previous release back), so no Retry-After;
+        # a 500 would say the request was at fault.
+        log.error("the database schema is older than this release: run `flask db upgrade`",
+                  extra=database_failure(exc))
+        raise Unavailable(UNAVAILABLE_TEXT) from None
     if not isinstance(exc, (database.dbapi.OperationalError, database.dbapi.InterfaceError)):
         raise exc
     if connection is not None and database.engine.dialect.is_disconnect(exc, connection, None):

@@ -1,11 +1,15 @@
 import logging
 from logging.config import fileConfig
 
+import click
 from flask import current_app
+from sqlalchemy import event
+from sqlalchemy.exc import OperationalError
 
 from alembic import context
 
 from app.cli_support import DATABASE_UNAVAILABLE, database_unavailable
+from app.database import LOCK_TIMEOUT
 from app.config import exit_on_config_error
 from app.keyring import checks as key_checks
 
@@ -74,6 +78,37 @@ def run_migrations_offline():
         context.run_migrations()
 
 
+def _bound_lock_waits(connection):
+    """Each migration's transaction waits at most LOCK_TIMEOUT for a lock (PostgreSQL): an ALTER
+    queued behind a long transaction would hold every query of the table behind it. Set at
+    each BEGIN, since each migration is a transaction of its own (below); the statements of an
+    autocommit block (an index built concurrently, which blocks no one while it waits) keep
+    the session's setting."""
+    @event.listens_for(connection, "begin")
+    def bounded(conn):
+        if conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT":
+            return
+        cursor = conn.connection.driver_connection.cursor()
+        try:
+            cursor.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
+        finally:
+            cursor.close()
+
+
+def _run_migrations():
+    try:
+        with context.begin_transaction():
+            context.run_migrations()
+    except OperationalError as exc:
+        if getattr(exc.orig, "pgcode", None) != "55P03":  # lock_not_available
+            raise
+        # One line, as the other commands' failures: the migrations before it are recorded.
+        raise click.ClickException(
+            f"a migration waited {LOCK_TIMEOUT} for a lock another transaction holds and "
+            "stopped, changing nothing; the migrations before it are done: run "
+            "`flask db upgrade` again") from None
+
+
 def run_migrations_online():
     """Run migrations in 'online' mode.
 
@@ -115,14 +150,20 @@ def run_migrations_online():
             with exit_on_config_error():
                 key_checks.verify(connection, current_app.config)
             connection.commit()
+            # Each migration in a transaction of its own, its version stamp with it: a
+            # migration that commits in an autocommit block (an index built concurrently)
+            # and is followed by one that fails (a lock not granted) stays recorded as done,
+            # where one transaction for the run rolled its stamp back and left its changes,
+            # and the next upgrade failed on them for good.
+            if connection.dialect.name == "postgresql":
+                _bound_lock_waits(connection)
             context.configure(
                 connection=connection,
                 target_metadata=get_metadata(),
+                transaction_per_migration=True,
                 **conf_args
             )
-
-            with context.begin_transaction():
-                context.run_migrations()
+            _run_migrations()
             # A database that holds secrets but no check values yet gets those of the ring's
             # keys that sealed them (SQLite's DDL is not in a transaction alembic commits).
             with exit_on_config_error():
