@@ -40,7 +40,7 @@ def test_purge_deletes_old_expired_intents_in_batches(runner, client, tenant):
                                              created_at=1_700_000_000))
             db.session.commit()
     assert _count(client.application, SeenResponse) == 1
-    with time_machine.travel(1_700_000_000 + 86400 + 61, tick=False):
+    with time_machine.travel(1_700_000_000 + 60 + 86521, tick=False):
         live = _generate(client, tenant, ttl=3600)
         result = runner.invoke(args=["intents", "purge", "--batch-size", "2"])
     assert result.exit_code == 0, result.output
@@ -59,7 +59,7 @@ def test_purging_a_replay_leaves_the_first_sighting_in_force(runner, client, ten
         first, replay = _generate(client, tenant, 86400), _generate(client, tenant, 60)
         assert _verify(client, tenant, first, "m-shared") is None
         assert _verify(client, tenant, replay, "m-shared") == "ReplayedResponse"
-    with time_machine.travel(1_700_000_000 + 86400 + 61, tick=False):
+    with time_machine.travel(1_700_000_000 + 60 + 86521, tick=False):
         result = runner.invoke(args=["intents", "purge"])
         assert "done: 1 intents" in result.output, result.output
         assert _verify(client, tenant, _generate(client, tenant, 60),
@@ -71,9 +71,26 @@ def test_purge_keeps_intents_inside_the_margin(runner, client, tenant):
     with time_machine.travel(1_700_000_000, tick=False):
         client.post("/v1/intent/generate", headers=tenant.headers,
                     json={"user_token": "purge-token-123", "ttl": 60})
-    with time_machine.travel(1_700_000_000 + 3600, tick=False):
-        result = runner.invoke(args=["intents", "purge", "--older-than", "7200"])
+    with time_machine.travel(1_700_000_000 + 60 + 100_000, tick=False):
+        result = runner.invoke(args=["intents", "purge", "--older-than", "100001"])
     assert "done: 0 intents" in result.output and _count(client.application, Intent) == 1
+
+
+def test_purge_keeps_replay_records_while_their_response_could_clear_again(runner, client,
+                                                                           tenant):
+    """A response signed under the payload scheme names no intent: replayed on a new intent
+    issued within the skew of its timestamp, only its replay record stops it, for as long as
+    that intent may live (a probe: purged with --older-than 0, the replay cleared)."""
+    result = runner.invoke(args=["intents", "purge", "--older-than", "86519"])
+    assert result.exit_code == 2 and "must be at least 86520 seconds" in result.output
+    assert "Traceback" not in result.output
+    with time_machine.travel(1_700_000_000, tick=False):
+        client.post("/v1/intent/generate", headers=tenant.headers,
+                    json={"user_token": "purge-token-123", "ttl": 60})
+    with time_machine.travel(1_700_000_000 + 60 + 86520, tick=False):  # the least margin
+        assert "done: 0 intents" in runner.invoke(args=["intents", "purge"]).output
+    with time_machine.travel(1_700_000_000 + 60 + 86521, tick=False):
+        assert "done: 1 intents" in runner.invoke(args=["intents", "purge"]).output
 
 
 def test_every_purge_deletes_in_bounded_batches(runner, client, tenant):

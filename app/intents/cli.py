@@ -1,9 +1,11 @@
 """flask intents purge: keep expired intents from growing the database without bound."""
 import click
+from flask import current_app
 
 from app.cli_support import CommandGroup, one_line_errors
 from app.clock import now_seconds
 from app.intents import service
+from app.intents.schemas import TTL_MAX
 from app.sql import unit_of_work
 from app.webhooks import service as webhooks
 
@@ -12,14 +14,23 @@ intents = CommandGroup("intents", help="Maintain issued intents.")
 
 
 @intents.command("purge")
-@click.option("--older-than", "retention", type=click.IntRange(0), default=86400, show_default=True,
-              help="Retention margin: seconds past expiry before an intent is deleted.")
+@click.option("--older-than", "retention", type=click.IntRange(0),
+              help="Retention margin: seconds past expiry before an intent is deleted; at least, "
+                   "and by default, the longest ttl plus twice CLOCK_SKEW_SECONDS (86520 s).")
 @click.option("--batch-size", type=click.IntRange(1, 100_000), default=1000, show_default=True)
 @one_line_errors
 def purge(retention, batch_size):
     """Delete intents (and their replay records) expired longer ago than the margin,
     idempotency records past their 24 h, and webhook deliveries older than 30 days: each in
     transactions of at most --batch-size rows, so it is safe to interrupt and run again."""
+    least = _least_retention()
+    if retention is None:
+        retention = least
+    elif retention < least:
+        raise click.BadParameter(
+            f"must be at least {least} seconds (the longest ttl and twice CLOCK_SKEW_SECONDS): "
+            "a replay record purged sooner lets its response clear again",
+            param_hint="--older-than")
     cutoff = now_seconds() - retention
     purged = _in_batches(lambda: (service.purge_expired_intents(cutoff, batch_size),),
                          progress=lambda totals: click.echo(f"purged {totals[0]} intents"))[0]
@@ -29,6 +40,15 @@ def purge(retention, batch_size):
     cutoff = now_seconds() - webhooks.RETENTION
     attempts, events = _in_batches(lambda: webhooks.purge_deliveries(cutoff, batch_size))
     click.echo(f"webhooks: {attempts} delivery attempts and {events} events deleted")
+
+
+def _least_retention():
+    """How long after its intent's expiry a replay record can still catch a replay. The
+    response's timestamp is at most the intent's expiry plus the skew; a new intent issued up
+    to the skew after that timestamp lets it through the time window, and is verified up to
+    the longest ttl later: until then the record must be there (a response signed under the
+    `payload` scheme names no intent)."""
+    return TTL_MAX + 2 * current_app.config["CLOCK_SKEW_SECONDS"]
 
 
 def _in_batches(purge_batch, progress=None):
