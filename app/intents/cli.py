@@ -16,7 +16,8 @@ intents = CommandGroup("intents", help="Maintain issued intents.")
 @intents.command("purge")
 @click.option("--older-than", "retention", type=click.IntRange(0),
               help="Retention margin: seconds past expiry before an intent is deleted; at least, "
-                   "and by default, the longest ttl plus twice CLOCK_SKEW_SECONDS (86520 s).")
+                   "and by default, the longest ttl plus twice CLOCK_SKEW_SECONDS (86520 s with "
+                   "the default skew): a smaller margin is raised to it.")
 @click.option("--batch-size", type=click.IntRange(1, 100_000), default=1000, show_default=True)
 @one_line_errors
 def purge(retention, batch_size):
@@ -24,14 +25,12 @@ def purge(retention, batch_size):
     idempotency records past their 24 h, and webhook deliveries older than 30 days: each in
     transactions of at most --batch-size rows, so it is safe to interrupt and run again."""
     least = _least_retention()
-    if retention is None:
-        retention = least
-    elif retention < least:
-        raise click.BadParameter(
-            f"must be at least {least} seconds (the longest ttl and twice CLOCK_SKEW_SECONDS): "
-            "a replay record purged sooner lets its response clear again",
-            param_hint="--older-than")
-    cutoff = now_seconds() - retention
+    if retention is not None and retention < least:
+        # Said, not refused: a timer written for the earlier default (86400) goes on purging.
+        click.echo(f"warning: --older-than {retention} is raised to {least} seconds (the "
+                   "longest ttl and twice CLOCK_SKEW_SECONDS): a replay record purged sooner "
+                   "lets its response clear again", err=True)
+    cutoff = now_seconds() - max(retention or 0, least)
     purged = _in_batches(lambda: (service.purge_expired_intents(cutoff, batch_size),),
                          progress=lambda totals: click.echo(f"purged {totals[0]} intents"))[0]
     stale = _in_batches(lambda: (service.purge_idempotency_records(batch_size),))[0]
