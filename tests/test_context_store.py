@@ -414,6 +414,21 @@ def test_a_slow_failure_opens_the_breaker_as_a_timeout_does(client, tenant, app,
     store.thread.join(timeout=10)
 
 
+def test_a_slow_refusal_of_a_token_opens_no_breaker(client, tenant, app, raw_store, caplog):
+    """A 401 for one user's token, however slow, is the store working: one client's bad
+    tokens must not cut every tenant's generates off."""
+    app.config["CONTEXT_STORE_CONNECT_TIMEOUT"] = 0.3
+
+    def slow_401(store, connection):
+        time.sleep(0.5)
+        store.send(connection, b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\n\r\n")
+
+    store = raw_store(slow_401)
+    assert_envelope(_generate(client, tenant), 502, "context store request failed")
+    assert _failures(caplog) == ["status 401"] and _breaks(caplog) == []
+    store.thread.join(timeout=10)
+
+
 def test_a_quick_failure_opens_no_breaker(client, tenant, app, caplog):
     app.config["CONTEXT_STORE_URL"] = f"http://127.0.0.1:{free_port()}/context"
     for _ in range(3):

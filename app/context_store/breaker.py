@@ -10,8 +10,8 @@ for twice as long, up to MAX_BREAK_SECONDS. A store that hangs thus costs each w
 timeout a minute at most, and one that blipped costs a few seconds of 502s.
 
 A quick failure (refused, 5xx, a malformed answer) holds no one and opens nothing; one that
-took CONTEXT_STORE_CONNECT_TIMEOUT or longer (a 504 after 19 s) held its worker as a timeout
-does, and counts as one. The state is this process's own, like the rate-limit store's breaker
+took CONTEXT_STORE_CONNECT_TIMEOUT or longer (a 504 after 19 s; a 4xx, one token refused,
+aside) held its worker as a timeout does, and counts as one. The state is this process's own, like the rate-limit store's breaker
 (app.traffic.strategy): it decides nothing but whether this worker waits, and each worker
 learns the store's state itself.
 """

@@ -36,6 +36,10 @@ class StoreSilent(ContextStoreFailure):
     """The store did not answer in time: the call held its worker (see breaker)."""
 
 
+class StoreRefused(ContextStoreFailure):
+    """A 4xx: the store works and refused this token, however long it took to say so."""
+
+
 def tags_for(user_token):
     """Return the semantic tags for this user token, or raise 502."""
     url = current_app.config["CONTEXT_STORE_URL"]
@@ -50,9 +54,12 @@ def tags_for(user_token):
         return _fetch(url, user_token)
     except ContextStoreFailure as failure:
         # A failure that took as long as a connection may take held its worker as a timeout
-        # does (a store answering 504 after 19 s): it opens the breaker too.
+        # does (a store answering 504 after 19 s): it opens the breaker too. A refusal of one
+        # user's token says nothing of the store's health: one client's bad tokens must not
+        # open every tenant's break.
         silent = isinstance(failure, StoreSilent) or (
-            time.monotonic() - started >= current_app.config["CONTEXT_STORE_CONNECT_TIMEOUT"])
+            not isinstance(failure, StoreRefused)
+            and time.monotonic() - started >= current_app.config["CONTEXT_STORE_CONNECT_TIMEOUT"])
         if silent:
             log.warning("context store breaker open",
                         extra={"failure": str(failure), "seconds": breaker.timed_out(admitted)})
@@ -85,6 +92,8 @@ def _fetch(url, user_token):
         raise ContextStoreFailure("connection failed") from None
     except requests.RequestException as exc:
         raise ContextStoreFailure(f"request error ({type(exc).__name__})") from None
+    if 400 <= status < 500:
+        raise StoreRefused(f"status {status}")
     if not 200 <= status < 300:
         raise ContextStoreFailure(f"status {status}")
     return _checked_tags(_parsed(body))
