@@ -208,11 +208,14 @@ def test_a_claim_passes_over_an_endpoint_another_transaction_holds(app, client, 
     assert claimed is not None and claimed[0].endpoint_id == free_id
 
 
+@pytest.mark.parametrize("claimed_after, overdue", [(10, False), (100, True)])
 def test_a_claim_takes_a_tenant_with_no_attempt_in_flight_first(app, client, make_tenant,
-                                                                 leak_watch):
+                                                                 leak_watch, claimed_after,
+                                                                 overdue):
     """One tenant's receivers hang: its attempts hold a worker per endpoint. Another tenant's
     attempt, due later, goes before that tenant's next one, as soon as a worker is free (a
-    probe: a healthy receiver's event came 194 s late, behind five 15 s timeouts)."""
+    probe: a healthy receiver's event came 194 s late, behind five 15 s timeouts); unless
+    that one is overdue by a minute: a tenant with a busy endpoint is not starved either."""
     slow, other = make_tenant("pro"), make_tenant("pro")
     slow_ids = [_create(client, slow, f"http://127.0.0.1:9/{number}", leak_watch,
                         events=["usage.threshold"])["id"] for number in range(2)]
@@ -222,13 +225,15 @@ def test_a_claim_takes_a_tenant_with_no_attempt_in_flight_first(app, client, mak
             [(slow, slow_ids[0]), (slow, slow_ids[1]), (other, other_id)]):
         with time_machine.travel(1_800_000_000 + at, tick=False):  # due in this order
             client.post(f"/v1/tenant/webhooks/{webhook_id}/test", headers=who.headers)
+    now = 1_800_000_000 + claimed_after
     with app.app_context():
-        delivery.dispatch(1_800_000_010)
-        first = delivery.claim(1_800_000_010, 60)[0]  # the slow tenant's, now in flight
-        second = delivery.claim(1_800_000_010, 60)[0]
-        third = delivery.claim(1_800_000_010, 60)[0]  # no other tenant's left: the slow one's
-    assert [attempt.endpoint_id for attempt in (first, second, third)] == [
-        slow_ids[0], other_id, slow_ids[1]]
+        delivery.dispatch(now)
+        first = delivery.claim(now, 60)[0]  # the slow tenant's, now in flight
+        second = delivery.claim(now, 60)[0]
+        third = delivery.claim(now, 60)[0]  # no other tenant's left: the slow one's
+    in_order = [attempt.endpoint_id for attempt in (first, second, third)]
+    assert in_order == ([slow_ids[0], slow_ids[1], other_id] if overdue
+                        else [slow_ids[0], other_id, slow_ids[1]])
 
 
 def test_attempts_go_in_the_events_order_however_the_workers_shared_their_dispatch(

@@ -54,6 +54,7 @@ FAILED_TO_ATTEMPT = "the delivery worker failed to make the attempt"
 # Due attempts a claim considers when their endpoints are busy (locked by another claim, a
 # secret rotation or a delete) before it waits a poll interval.
 CLAIM_CANDIDATES = 5
+FAIR_WAIT_SECONDS = 60  # see claim
 
 
 def dispatch(now):
@@ -101,8 +102,11 @@ def claim(now, lease_seconds):
         # A tenant whose receivers are slow holds a worker per endpoint it has (up to five):
         # the other tenants' attempts go first, so they wait for a worker to come free, not
         # for that tenant's queue (a probe: a healthy receiver's test event came 194 s late,
-        # behind another tenant's five 15 s timeouts on three workers).
-        attempt = (_claimable(now, not_(_tenant_in_flight(WebhookDelivery.tenant_id, now)))
+        # behind another tenant's five 15 s timeouts on three workers). An attempt overdue by
+        # FAIR_WAIT_SECONDS goes in due order whatever its tenant has in flight: a tenant with
+        # one endpoint always busy is not starved while the workers are.
+        attempt = (_claimable(now, or_(not_(_tenant_in_flight(WebhookDelivery.tenant_id, now)),
+                                       WebhookDelivery.scheduled_at <= now - FAIR_WAIT_SECONDS))
                    or _claimable(now))
         if attempt is None:
             return None
