@@ -341,18 +341,21 @@ def _connection(database):
         _unavailable(exc, None)
 
 
-# What PostgreSQL answers when the schema lacks what this release calls: a function, a table
-# or a column not there (a `flask db downgrade` run before the previous release was back).
-SCHEMA_BEHIND = {"42883", "42P01", "42703"}
+def _function_missing(exc):
+    """PostgreSQL lacks one of this release's request-path functions (undefined_function, of
+    ours by name): a `flask db downgrade` run before the previous release was back, or a
+    release started before its `flask db upgrade`. Any other undefined thing is a bug: 500."""
+    return getattr(exc, "pgcode", None) == "42883" and "intentgate_" in str(exc).split("\n")[0]
 
 
 def _unavailable(exc, connection):
     """Turn the database's own failure into the contract's 503; anything else is re-raised."""
     database = current()
-    if getattr(exc, "pgcode", None) in SCHEMA_BEHIND:
+    if _function_missing(exc):
         # The operator's to fix (upgrade, or put the previous release back), so no Retry-After;
         # a 500 would say the request was at fault.
-        log.error("the database schema is older than this release: run `flask db upgrade`",
+        log.error("the database lacks a function this release calls: its schema is older than "
+                  "the release (run `flask db upgrade`, or roll the release back)",
                   extra=database_failure(exc))
         raise Unavailable(UNAVAILABLE_TEXT) from None
     if not isinstance(exc, (database.dbapi.OperationalError, database.dbapi.InterfaceError)):

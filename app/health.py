@@ -35,6 +35,8 @@ def _recorded_keys():
         return {row.check_value for row in database.execute("health", _sealing_keys, {})}
     except Unavailable:
         return None
+    except database.current().dbapi.ProgrammingError:
+        return set()  # PostgreSQL not migrated yet (no such table): nothing recorded
 
 
 def _secret_keys_ok(recorded):

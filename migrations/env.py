@@ -84,7 +84,6 @@ def _bound_lock_waits(connection):
     each BEGIN, since each migration is a transaction of its own (below); the statements of an
     autocommit block (an index built concurrently, which blocks no one while it waits) keep
     the session's setting."""
-    @event.listens_for(connection, "begin")
     def bounded(conn):
         if conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT":
             return
@@ -93,6 +92,9 @@ def _bound_lock_waits(connection):
             cursor.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
         finally:
             cursor.close()
+
+    event.listen(connection, "begin", bounded)
+    return lambda: event.remove(connection, "begin", bounded)
 
 
 def _run_migrations():
@@ -105,8 +107,8 @@ def _run_migrations():
         # One line, as the other commands' failures: the migrations before it are recorded.
         raise click.ClickException(
             f"a migration waited {LOCK_TIMEOUT} for a lock another transaction holds and "
-            "stopped, changing nothing; the migrations before it are done: run "
-            "`flask db upgrade` again") from None
+            "stopped, its transaction changing nothing; the migrations before it are done: "
+            "run `flask db upgrade` again") from None
 
 
 def run_migrations_online():
@@ -155,15 +157,18 @@ def run_migrations_online():
             # and is followed by one that fails (a lock not granted) stays recorded as done,
             # where one transaction for the run rolled its stamp back and left its changes,
             # and the next upgrade failed on them for good.
-            if connection.dialect.name == "postgresql":
-                _bound_lock_waits(connection)
+            unbound = (_bound_lock_waits(connection)
+                       if connection.dialect.name == "postgresql" else lambda: None)
             context.configure(
                 connection=connection,
                 target_metadata=get_metadata(),
                 transaction_per_migration=True,
                 **conf_args
             )
-            _run_migrations()
+            try:
+                _run_migrations()
+            finally:
+                unbound()  # the key check below waits as the start's does
             # A database that holds secrets but no check values yet gets those of the ring's
             # keys that sealed them (SQLite's DDL is not in a transaction alembic commits).
             with exit_on_config_error():

@@ -605,5 +605,5 @@ def test_a_release_newer_than_its_database_answers_503_and_says_why(base_setting
               "response": scale_response(made.signing_secret, intent_hash)})
     assert_envelope(answer, 503, "service temporarily unavailable")
     assert "Retry-After" not in answer.headers  # the operator's to fix
-    assert "the database schema is older than this release" in caplog.text
+    assert "the database lacks a function this release calls" in caplog.text
     app.extensions["database"].engine.dispose()
