@@ -3,6 +3,7 @@
 // names and results. Retries and errors live in ./transport.
 
 const crypto = require('node:crypto');
+const { inspect } = require('node:util');
 
 const { Blocked, ServiceError } = require('./errors');
 const { Transport } = require('./transport');
@@ -111,7 +112,12 @@ class Client {
     const body = await this.#call('POST', '/v1/tenant/rotate-key',
       { json: {}, unsentOnly: true, expect: ['new_key', 'message'] });
     this.#transport.apiKey = body.new_key;
-    return { newKey: body.new_key, message: body.message };
+    const rotation = { newKey: body.new_key, message: body.message };
+    // A live key: console.log and util.inspect leave it out (as the Python SDK's repr does),
+    // JSON keeps it, so the result can still be stored.
+    Object.defineProperty(rotation, inspect.custom, {
+      value: () => `KeyRotation { message: ${inspect(rotation.message)} }` });
+    return rotation;
   }
 
   // -- self-service --------------------------------------------------------------------------

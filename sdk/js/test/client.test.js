@@ -4,6 +4,7 @@
 
 const assert = require('node:assert/strict');
 const { after, before, test } = require('node:test');
+const { inspect } = require('node:util');
 
 const {
   AuthenticationError, Blocked, Client, IntentGateError, QuotaExceededError, RateLimitError,
@@ -174,6 +175,8 @@ test('rotateKey switches the client to the new key; the old one is refused', asy
   assert.ok(KEY.test(rotation.newKey), 'newKey is key_live_ and 48 hex');
   assert.match(rotation.message, /invalid/);
   assert.ok(rotating.apiKey === rotation.newKey, 'the client sends the new key');
+  assert.ok(!inspect(rotation).includes(rotation.newKey), 'logging the result logs no key');
+  assert.equal(JSON.parse(JSON.stringify(rotation)).newKey, rotation.newKey);
   assert.ok((await rotating.usage()).usageCount >= 0);
   await assert.rejects(new Client(service.url, { apiKey: made.apiKey }).usage(),
     AuthenticationError);
