@@ -284,8 +284,8 @@ class ScalarProcedure(Procedure):
     Measured (callgrind, the gate on PostgreSQL 15, instructions per call): a set-returning
     function called in FROM (`SELECT * FROM f(...)`) has PostgreSQL build its result's row
     type from the function's declared columns and plan a function scan at every call, and
-    RETURN NEXT fills a tuplestore; `SELECT f(...)` of one value does neither: 40,700 fewer
-    instructions per cleared verify (403,300 -> 362,600)."""
+    RETURN NEXT fills a tuplestore; `SELECT f(...)` of one value does neither: 61,100 fewer
+    instructions per cleared verify (605,000 -> 543,900; bench/pg_instructions.py)."""
 
     def _result_type(self):
         ((_, kind),) = self.returns

@@ -8,16 +8,16 @@ Revises: b2d4f6a8c013
 Create Date: 2026-11-28 10:00:00
 
 Measured with callgrind on PostgreSQL 15 (a single-user backend, cleared verifications of a
-kept principal: 3,000 calls less 1,000, instructions per call; issue 24): 435,100 -> 362,600
-(the reference's UPDATE and commit: 153,200).
+kept principal: 3,000 calls less 1,000, instructions per call; issue 24): 652,600 -> 543,900
+(the reference's UPDATE and commit: 153,200; bench/pg_instructions.py counts them).
 - a cleared verification adds to its day's row with UPDATE ... SET verifications + 1,
-  cleared + 1, where every verification set all eight counters through CASEs: -23,600;
+  cleared + 1, where every verification set all eight counters through CASEs: -35,400;
 - the plan limit, read by a statement of its own, is read by the statement that confirms
-  a kept principal, which joins the tenant's row already: -12,500;
+  a kept principal, which joins the tenant's row already: -18,800;
 - intentgate_verification_gate is a set-returning function, called as SELECT * FROM f(...):
   PostgreSQL builds the result's row type from the declared columns and plans a function
   scan at every call, and RETURN NEXT fills a tuplestore. A function of one value called
-  as SELECT f(...) does neither: -40,700.
+  as SELECT f(...) does neither: -61,100.
 Same arguments, same statements otherwise, same guarantees.
 
 intentgate_issue, which issues a kept principal's intent, answers `issued` as one value too
