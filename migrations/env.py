@@ -9,8 +9,8 @@ from sqlalchemy.exc import OperationalError
 from alembic import context
 
 from app.cli_support import DATABASE_UNAVAILABLE, database_unavailable
-from app.database import LOCK_TIMEOUT
 from app.config import exit_on_config_error
+from app.database import LOCK_TIMEOUT
 from app.keyring import checks as key_checks
 
 # this is the Alembic Config object, which provides

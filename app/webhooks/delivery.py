@@ -13,7 +13,7 @@ An endpoint has at most one attempt in flight across all workers (a claim passes
 attempts of an endpoint that holds a live lease): a receiver that is slow to answer holds one
 worker at a time. A claim takes the attempts of tenants with none in flight first: a tenant's
 slow receivers hold at most a worker per endpoint, and only while no other tenant's attempt
-is due.
+is due (an attempt overdue by FAIR_WAIT_SECONDS goes in due order, so no tenant starves).
 """
 import http.client
 import logging
