@@ -105,7 +105,7 @@ def claim(now, lease_seconds):
         # behind another tenant's five 15 s timeouts on three workers). An attempt overdue by
         # FAIR_WAIT_SECONDS goes in due order whatever its tenant has in flight: a tenant with
         # one endpoint always busy is not starved while the workers are.
-        attempt = (_claimable(now, or_(not_(_tenant_in_flight(WebhookDelivery.tenant_id, now)),
+        attempt = (_claimable(now, or_(not_(_in_flight(now, WebhookDelivery.tenant_id)),
                                        WebhookDelivery.scheduled_at <= now - FAIR_WAIT_SECONDS))
                    or _claimable(now))
         if attempt is None:
@@ -131,7 +131,7 @@ def _claimable(now, *conditions):
         candidate = db.session.begin_nested()
         attempt = _first_due(
             now, *conditions,
-            not_(_in_flight(WebhookDelivery.tenant_id, WebhookDelivery.endpoint_id, now)),
+            not_(_in_flight(now, WebhookDelivery.tenant_id, WebhookDelivery.endpoint_id)),
             *(not_(and_(WebhookDelivery.tenant_id == tenant_id,
                         WebhookDelivery.endpoint_id == endpoint_id))
               for tenant_id, endpoint_id in busy), skip_locked=True)
@@ -165,17 +165,12 @@ def _first_due(now, *conditions, skip_locked=False):
         .with_for_update(skip_locked=skip_locked)).scalar_one_or_none()
 
 
-def _in_flight(tenant_id, endpoint_id, now):
-    """Whether an attempt of the endpoint is leased now (being made)."""
+def _in_flight(now, tenant_id, endpoint_id=None):
+    """Whether an attempt of the endpoint (of any of the tenant's, without one) is leased now
+    (being made)."""
     leased = aliased(WebhookDelivery)
-    return exists().where(leased.tenant_id == tenant_id, leased.endpoint_id == endpoint_id,
-                          leased.at.is_(None), leased.leased_until >= now)
-
-
-def _tenant_in_flight(tenant_id, now):
-    """Whether an attempt of any of the tenant's endpoints is leased now."""
-    leased = aliased(WebhookDelivery)
-    return exists().where(leased.tenant_id == tenant_id, leased.at.is_(None),
+    of_endpoint = () if endpoint_id is None else (leased.endpoint_id == endpoint_id,)
+    return exists().where(leased.tenant_id == tenant_id, *of_endpoint, leased.at.is_(None),
                           leased.leased_until >= now)
 
 
@@ -194,7 +189,7 @@ def _endpoint_free(attempt, now):
                WebhookEndpoint.id == attempt.endpoint_id)
         .with_for_update(key_share=True, skip_locked=True)).first()
     return locked is not None and not db.session.execute(
-        select(_in_flight(attempt.tenant_id, attempt.endpoint_id, now))).scalar()
+        select(_in_flight(now, attempt.tenant_id, attempt.endpoint_id))).scalar()
 
 
 def attempt_once(attempt, endpoint, event, config):
