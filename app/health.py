@@ -8,7 +8,6 @@ from sqlalchemy import select
 from app import database
 from app.errors import Unavailable
 from app.keyring import checks as key_checks
-from app.keyring import ring
 from app.keyring.models import SecretKeyCheck
 from app.openapi import Blueprint
 from app.traffic import limits
@@ -51,7 +50,7 @@ def _secret_keys_ok(recorded):
         extensions["secret_keys"] = key_checks.check_deferred(config)
     if extensions.get("secret_keys") == key_checks.MISMATCHED:
         return False
-    if recorded <= set(ring.check_values(config["SECRET_ENCRYPTION_KEY"])):
+    if key_checks.ring_holds(recorded, config):
         return True
     extensions["secret_keys"] = key_checks.MISMATCHED  # said once; it lasts until a restart
     log.error("%s; found by /health: another process seals with it since this one started",

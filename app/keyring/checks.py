@@ -134,7 +134,7 @@ def _verified(connection, config):
     ring_text = config["SECRET_ENCRYPTION_KEY"]
     recorded = set(connection.scalars(select(SecretKeyCheck.check_value)))
     if recorded:
-        if not recorded <= set(ring.check_values(ring_text)):
+        if not ring_holds(recorded, config):
             raise mismatch(config)
         return recorded
     recorded = _unsealing_keys(connection, ring_text)
@@ -145,6 +145,11 @@ def _verified(connection, config):
     for value in recorded:
         _record(connection, value)
     return recorded
+
+
+def ring_holds(recorded, config):
+    """Whether the ring holds every key of `recorded`, the database's check values."""
+    return recorded <= set(ring.check_values(config["SECRET_ENCRYPTION_KEY"]))
 
 
 def _unsealing_keys(connection, ring_text):
