@@ -394,18 +394,21 @@ def test_a_store_silent_after_its_headers_opens_the_breaker(client, tenant, app,
     store.thread.join(timeout=10)
 
 
+def _late(status):
+    """A store that answers `status`, with no body, half a second after the request."""
+    def answer(store, connection):
+        time.sleep(0.5)
+        store.send(connection, b"HTTP/1.1 " + status + b"\r\nContent-Length: 0\r\n\r\n")
+    return answer
+
+
 def test_a_slow_failure_opens_the_breaker_as_a_timeout_does(client, tenant, app, raw_store,
                                                             caplog):
     """A 504 after as long as a connection may take held the worker as a timeout would: taken
     for a quick failure, every generate waited it out and no break began (a probe: 12
     generates of 19 s each, /health answered after 19 s)."""
     app.config["CONTEXT_STORE_CONNECT_TIMEOUT"] = 0.3
-
-    def slow_504(store, connection):
-        time.sleep(0.5)
-        store.send(connection, b"HTTP/1.1 504 Gateway Timeout\r\nContent-Length: 0\r\n\r\n")
-
-    store = raw_store(slow_504)
+    store = raw_store(_late(b"504 Gateway Timeout"))
     assert_envelope(_generate(client, tenant), 502, "context store request failed")
     assert _failures(caplog) == ["status 504"] and _breaks(caplog) == [5.0]
     # Within the break, no call at all (the store answers one connection only).
@@ -418,12 +421,7 @@ def test_a_slow_refusal_of_a_token_opens_no_breaker(client, tenant, app, raw_sto
     """A 401 for one user's token, however slow, is the store working: one client's bad
     tokens must not cut every tenant's generates off."""
     app.config["CONTEXT_STORE_CONNECT_TIMEOUT"] = 0.3
-
-    def slow_401(store, connection):
-        time.sleep(0.5)
-        store.send(connection, b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\n\r\n")
-
-    store = raw_store(slow_401)
+    store = raw_store(_late(b"401 Unauthorized"))
     assert_envelope(_generate(client, tenant), 502, "context store request failed")
     assert _failures(caplog) == ["status 401"] and _breaks(caplog) == []
     store.thread.join(timeout=10)

@@ -11,9 +11,9 @@ timeout a minute at most, and one that blipped costs a few seconds of 502s.
 
 A quick failure (refused, 5xx, a malformed answer) holds no one and opens nothing; one that
 took CONTEXT_STORE_CONNECT_TIMEOUT or longer (a 504 after 19 s; a 4xx, one token refused,
-aside) held its worker as a timeout does, and counts as one. The state is this process's own, like the rate-limit store's breaker
-(app.traffic.strategy): it decides nothing but whether this worker waits, and each worker
-learns the store's state itself.
+aside) held its worker as a timeout does, and counts as one. The state is this process's
+own, like the rate-limit store's breaker (app.traffic.strategy): it decides nothing but
+whether this worker waits, and each worker learns the store's state itself.
 """
 import threading
 import time
