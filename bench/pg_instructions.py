@@ -25,8 +25,7 @@ from pathlib import Path
 
 from cryptography.fernet import Fernet
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import saturation  # bench/saturation.py: the same migrated database and tenant
 
 
 def _free_port():
@@ -71,21 +70,7 @@ def _prepare(bindir, data):
         os.environ.update(DATABASE_URL=f"postgresql://postgres@127.0.0.1:{PORT}/bench",
                           REDIS_URL="", FLASK_APP="wsgi",
                           SECRET_ENCRYPTION_KEY=Fernet.generate_key().decode())
-        subprocess.run([sys.executable, "-m", "flask", "db", "upgrade"], cwd=ROOT, check=True,
-                       capture_output=True)
-        from app import create_app, crypto
-        from app.clock import billing_period, now_seconds, utc_day
-        from app.sql import unit_of_work
-        from app.tenants import keys, service as tenant_service
-
-        app = create_app({"LOG_LEVEL": "WARNING"})
-        with app.app_context(), unit_of_work():
-            made = tenant_service.create_tenant("pg-instructions@example.com", "enterprise")
-        values = {"digest": crypto.key_digest(made.api_key), "period": billing_period(),
-                  "day": utc_day(), "now": now_seconds()}
-        with app.test_request_context():
-            values["fingerprint"] = keys.find_by_key_digest(values["digest"]).fingerprint
-        app.extensions["database"].engine.dispose()
+        values = saturation.migrated_with_tenants(1)
         now = values["now"]
         _psql("CREATE TABLE bench_counter (id integer PRIMARY KEY, n bigint NOT NULL);"
               "INSERT INTO bench_counter VALUES (1, 0)")

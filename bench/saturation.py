@@ -77,6 +77,12 @@ def _setup():
     os.environ.update(DATABASE_URL=URL, REDIS_URL="", FLASK_APP="wsgi")
     if not os.environ.get("SECRET_ENCRYPTION_KEY"):  # bench/run sets one; alone, a fresh one
         os.environ["SECRET_ENCRYPTION_KEY"] = Fernet.generate_key().decode()
+    return migrated_with_tenants(TENANTS)
+
+
+def migrated_with_tenants(count):
+    """`flask db upgrade` on the environment's DATABASE_URL, `count` enterprise tenants (ids
+    1..count) made; the values of the service's calls for the first tenant's kept principal."""
     subprocess.run([sys.executable, "-m", "flask", "db", "upgrade"], cwd=ROOT, check=True,
                    capture_output=True)
     from app import create_app, crypto
@@ -87,7 +93,7 @@ def _setup():
     app = create_app({"LOG_LEVEL": "WARNING"})
     with app.app_context(), unit_of_work():
         first = tenant_service.create_tenant("saturation-1@example.com", "enterprise")
-        for number in range(2, TENANTS + 1):
+        for number in range(2, count + 1):
             tenant_service.create_tenant(f"saturation-{number}@example.com", "enterprise")
     assert first.tenant.id == 1
     values = {"digest": crypto.key_digest(first.api_key), "period": billing_period(),
