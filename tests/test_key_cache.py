@@ -8,6 +8,7 @@ import pytest
 import redis
 import time_machine
 from cryptography.fernet import Fernet
+from sqlalchemy import text
 
 from app.clock import billing_period
 from app.extensions import db
@@ -160,6 +161,28 @@ def test_a_deactivated_tenant_is_refused_at_once(client, kept):
     assert_envelope(_generate(client, kept), 401, INVALID_KEY)
     with client.application.app_context(), unit_of_work():
         tenant_service.update_tenant(kept.tenant_id, active=True)
+    assert _generate(client, kept).status_code == 200
+
+
+def test_a_change_made_outside_the_service_counts_at_once(client, kept):
+    """An operator's SQL deactivating the tenant forgets nothing in Redis: the kept principal is
+    refused by the write all the same (the trigger moved the row's credentials_version on), in
+    the very next verify and generate, and a change back counts at once too."""
+    intent_hash = _intent(client, kept)
+    entry = _kept(kept)
+
+    def operator_sets_active(active):
+        with client.application.app_context(), unit_of_work():
+            db.session.execute(text("UPDATE tenants SET active = :active WHERE id = :id"),
+                               {"active": active, "id": kept.tenant_id})
+
+    operator_sets_active(False)
+    assert _kept(kept) is not None  # nothing forgot it: the write's confirmation must refuse it
+    assert_envelope(_verify(client, kept, intent_hash,
+                            scale_response(kept.signing_secret, intent_hash)), 401, INVALID_KEY)
+    redis.Redis.from_url(TEST_REDIS_URL).set(_entry_name(kept), entry)  # the 401 forgot it
+    assert_envelope(_generate(client, kept), 401, INVALID_KEY)
+    operator_sets_active(True)
     assert _generate(client, kept).status_code == 200
 
 

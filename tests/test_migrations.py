@@ -532,6 +532,42 @@ def test_the_previous_releases_gate_answers_beside_the_one_value_gate(base_setti
     app.extensions["database"].engine.dispose()
 
 
+@pytest.mark.skipif(not TEST_DATABASE_URL, reason="the trigger is PostgreSQL's")
+def test_a_tenants_credentials_version_moves_on_at_every_update_and_never_comes_back(
+        base_settings, empty_database_url):
+    """A kept principal's fingerprint names it (app.tenants.keys): a value that came back after
+    a downgrade and an upgrade would let an entry kept in Redis from before match a row changed
+    since."""
+    app = create_app({**base_settings, "SQLALCHEMY_DATABASE_URI": empty_database_url})
+
+    def version():
+        return db.session.execute(text("SELECT credentials_version FROM tenants")).scalar_one()
+
+    def update(sql):
+        db.session.execute(text(sql))
+        db.session.commit()
+
+    with app.app_context():
+        upgrade()
+        _old_tenant("versions@example.com")
+        db.session.commit()
+        seen = [version()]
+        for _ in range(2):  # a write of the same value moves it too
+            update("UPDATE tenants SET plan = 'free'")
+            seen.append(version())
+        db.session.commit()
+        downgrade(revision="c4e6a8b0d217")
+        db.session.commit()
+        upgrade()
+        seen.append(version())
+        update("UPDATE tenants SET active = false")
+        seen.append(version())
+        assert seen == sorted(set(seen)), seen  # strictly increasing
+        db.session.remove()
+        db.engine.dispose()
+    app.extensions["database"].engine.dispose()
+
+
 BEFORE_TENANT_LEADING_KEYS = "e5f9a3b72c48"  # f7a1c3e5b920 then swaps keys in autocommit blocks
 STOPPED_BY_THE_LOCK = "a7c1e3f5b209"  # its UPDATE of api_keys waits at most 5 s for the table
 

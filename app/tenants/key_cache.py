@@ -7,9 +7,12 @@ host, never in a process's memory. It is trusted for nothing by itself:
 
 - The statement that acts on it confirms it, as its first step: the gate and the intent's
   INSERT first read the key and its tenant again (two index probes inside a function PostgreSQL
-  keeps planned) and compare the principal's fingerprint, a digest of every credential column
-  (app.tenants.keys). A key revoked or expired, a tenant deactivated, a plan, signing secret,
-  scheme or signing key changed: the fingerprint differs, nothing is written, and the request
+  keeps planned) and compare the principal's fingerprint: the tenant row's
+  credentials_version, which a trigger moves on at every UPDATE of the row, the key's scopes,
+  and an Ed25519 tenant's active public keys (app.tenants.keys). A key revoked or expired, a
+  tenant deactivated, a plan, signing secret, scheme or signing key changed, by the service or
+  by an operator's SQL: the fingerprint differs (or the key is no longer found), nothing is
+  written, and the request
   is answered from a fresh lookup (StaleCredentials, app.auth), so a change is refused or
   applied from the moment it commits, as without the cache.
 - An entry is sealed with an HMAC under a key derived from SECRET_ENCRYPTION_KEY and bound to

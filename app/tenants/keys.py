@@ -5,7 +5,7 @@ admin API and the CLI; the caller owns the transaction.
 import logging
 import secrets
 
-from sqlalchemy import (String, Text, bindparam, case, cast, func, literal, or_, select, tuple_,
+from sqlalchemy import (String, Text, bindparam, case, cast, func, literal, or_, select,
                         update)
 from sqlalchemy.dialects.postgresql import aggregate_order_by
 
@@ -162,19 +162,25 @@ def _public_keys(tenant_id):
     )
 
 
-# A principal's fingerprint: a digest of every credential column as PostgreSQL reads it, equal
-# to a principal's only while nothing it was made of has changed (a change detector over the
-# server's own rows, compared by the database, so MD5 serves). The signing keys count only for
-# a tenant on (or in grace from) the Ed25519 scheme, the only one that uses them: a change of
-# scheme changes the tenant's row. The confirmation reads them in a statement of its own, run
-# only then: a subquery in the first would cost every call its setup (measured with pgbench:
-# about 0.015 ms of PostgreSQL CPU a call, a tenth of a verify's share).
+# A principal's fingerprint, equal to a principal's only while nothing it was made of has
+# changed: the tenant row's credentials_version, which a trigger moves on at every UPDATE of
+# the row (never back, not even across a downgrade and upgrade: migration d6f8a0c2e419), and
+# the key's scopes. The key's other columns never change (a rotation makes a new key); its
+# revocation and expiry are the lookup's own conditions. It was an MD5 of every credential
+# column's text: writing the row as text and hashing it cost 57,600 instructions of a verify's
+# 559,600 (callgrind, bench/pg_instructions.py). The signing keys count only for a tenant on
+# (or in grace from) the Ed25519 scheme, the only one that uses them: a change of scheme
+# changes the tenant's row. The confirmation reads them in a statement of its own, run only
+# then: a subquery in the first would cost every call its setup (measured with pgbench: about
+# 0.015 ms of PostgreSQL CPU a call, a tenth of a verify's share).
 def _row_fingerprint():
-    return func.md5(cast(tuple_(*_credential_columns()), Text))
+    tenants, keys = Tenant.__table__, ApiKey.__table__
+    return cast(tenants.c.credentials_version, Text).concat(":").concat(keys.c.scopes)
 
 
 def _with_public_keys(fingerprint, public_keys):
-    return func.md5(fingerprint.concat(func.coalesce(public_keys, literal(""))))
+    # "|" is in neither part (digits, scope names, base64), so no two pairs give one text.
+    return func.md5(fingerprint.concat("|").concat(func.coalesce(public_keys, literal(""))))
 
 
 def _uses_public_keys():

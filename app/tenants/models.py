@@ -1,8 +1,8 @@
 import base64
 import hashlib
 
-from sqlalchemy import (BigInteger, Boolean, DateTime, ForeignKey, Integer, SmallInteger, String,
-                        Text)
+from sqlalchemy import (BigInteger, Boolean, Column, DateTime, ForeignKey, Integer, SmallInteger,
+                        String, Text)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.clock import utcnow
@@ -11,6 +11,13 @@ from app.extensions import db
 
 class Tenant(db.Model):
     __tablename__ = "tenants"
+    # credentials_version: on PostgreSQL a trigger moves it on at every UPDATE of the row,
+    # whoever writes it (a service function, `secrets reseal`, an operator's SQL), and a kept
+    # principal's fingerprint names it (app.tenants.keys). Only the database's functions read
+    # it: the ORM neither reads nor writes it, so a release that has it still runs on a
+    # database that does not (a rollback: deploy/README).
+    __table_args__ = (Column("credentials_version", BigInteger, nullable=False),)
+    __mapper_args__ = {"exclude_properties": ["credentials_version"]}
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     email: Mapped[str] = mapped_column(String(254), unique=True)
