@@ -40,21 +40,29 @@ def _recorded_keys():
 
 def _secret_keys_ok(recorded):
     """The key ring against the database's record of the keys that sealed its secrets (the
-    `recorded` check values): as the start found it; when the start could not check it (the
-    database did not answer then), checked once it does, here, where a ring that would have
-    stopped the start is seen; and as the record is now, which another process, its ring
-    changed before this one's, may have grown with a key this ring lacks since it started
-    (its tenants then get 503s from this process, and /health said 200)."""
+    `recorded` check values), as the record is now: another process, its ring changed before
+    this one's, may have grown it with a key this ring lacks since it started (its tenants then
+    get 503s from this process, and /health said 200); and a reseal may have brought it back
+    within this ring (healthy again: the ring unseals every secret, and a restart would pass).
+    When the start could not check the ring (the database did not answer then), it is checked
+    once the database does, here, where a ring that would have stopped the start is seen. A
+    database that records nothing (not migrated this far) is judged as the start judged it.
+    Each change of verdict is said once."""
     extensions, config = current_app.extensions, current_app.config
     if extensions.get("secret_keys") == key_checks.DEFERRED:
         extensions["secret_keys"] = key_checks.check_deferred(config)
-    if extensions.get("secret_keys") == key_checks.MISMATCHED:
-        return False
+    was = extensions.get("secret_keys")
+    if not recorded:
+        return was != key_checks.MISMATCHED
     if key_checks.ring_holds(recorded, config):
+        if was == key_checks.MISMATCHED:
+            log.warning("SECRET_ENCRYPTION_KEY holds every key the database records again")
+        extensions["secret_keys"] = key_checks.CHECKED
         return True
-    extensions["secret_keys"] = key_checks.MISMATCHED  # said once; it lasts until a restart
-    log.error("%s; found by /health: another process seals with it since this one started",
-              key_checks.mismatch(config))
+    if was != key_checks.MISMATCHED:
+        extensions["secret_keys"] = key_checks.MISMATCHED
+        log.error("%s; found by /health: another process seals with it since this one started",
+                  key_checks.mismatch(config))
     return False
 
 

@@ -507,3 +507,14 @@ def test_a_running_process_whose_ring_lacks_a_key_another_now_seals_with_is_unhe
     said = [record.message for record in caplog.records if record.name == "app.health"]
     assert len(said) == 1 and said[0].startswith(MISMATCH)
     assert ring_app(f"{KEY_B},{KEY_A}").test_client().get("/health").status_code == 200
+    # A reseal with KEY_A first: the database records KEY_A alone, which the running process
+    # holds. It is healthy again without a restart (a probe: only a restart ended its 503s).
+    resealed = ring_app(f"{KEY_A},{KEY_B}").test_cli_runner().invoke(args=["secrets", "reseal"])
+    assert resealed.exit_code == 0, resealed.output
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="app.health"):
+        for _ in range(2):
+            healthy = running.test_client().get("/health")
+            assert healthy.status_code == 200, healthy.get_json()
+    assert [record.message for record in caplog.records if record.name == "app.health"] == [
+        "SECRET_ENCRYPTION_KEY holds every key the database records again"]
