@@ -12,9 +12,8 @@ host, never in a process's memory. It is trusted for nothing by itself:
   and an Ed25519 tenant's active public keys (app.tenants.keys). A key revoked or expired, a
   tenant deactivated, a plan, signing secret, scheme or signing key changed, by the service or
   by an operator's SQL: the fingerprint differs (or the key is no longer found), nothing is
-  written, and the request
-  is answered from a fresh lookup (StaleCredentials, app.auth), so a change is refused or
-  applied from the moment it commits, as without the cache.
+  written, and the request is answered from a fresh lookup (StaleCredentials, app.auth), so a
+  change is refused or applied from the moment it commits, as without the cache.
 - An entry is sealed with an HMAC under a key derived from SECRET_ENCRYPTION_KEY and bound to
   its digest: whoever can write to Redis cannot make the service trust a principal it did not
   read (another tenant, other signing keys).

@@ -12,7 +12,8 @@ PostgreSQL (callgrind, bench/pg_instructions.py; issue 24). Now the fingerprint 
 `<credentials_version>:<the key's scopes>`:
 - tenants.credentials_version: a BEFORE UPDATE trigger sets it at every UPDATE of the row,
   whoever writes it (a service function, `secrets reseal`, an operator's SQL), to the
-  microseconds of the clock or one more than before, whichever is more. So it never comes
+  microseconds of the clock or one more than before, whichever is more (a new row, and each
+  row at the upgrade, starts at the clock's microseconds). So it never comes
   back to a value it had, not even after a downgrade and an upgrade within the life of an
   entry kept in Redis (whose fingerprint would otherwise match a row changed since);
 - the key's scopes: the key's other columns never change (a rotation makes a new key), and its
