@@ -3,12 +3,10 @@ import logging
 
 from flask import current_app, g
 from marshmallow import Schema, fields
-from sqlalchemy import select
 
 from app import database
 from app.errors import Unavailable
 from app.keyring import checks as key_checks
-from app.keyring.models import SecretKeyCheck
 from app.openapi import Blueprint
 from app.traffic import limits
 
@@ -23,15 +21,10 @@ class HealthSchema(Schema):
     request_id = fields.String()
 
 
-def _sealing_keys():
-    """The database's record of the keys that sealed its secrets (their check values)."""
-    return select(SecretKeyCheck.check_value)
-
-
 def _recorded_keys():
     """The check values the database records, or None when it does not answer."""
     try:
-        return {row.check_value for row in database.execute("health", _sealing_keys, {})}
+        return {row.check_value for row in database.execute("health", key_checks.sealing_keys, {})}
     except Unavailable:
         return None
     except database.current().dbapi.ProgrammingError:

@@ -132,7 +132,7 @@ def _verified(connection, config):
     check value (made before them, or never checked) gets those of the ring's keys that
     unseal some of its newest secrets; if none does, the ring is wrong."""
     ring_text = config["SECRET_ENCRYPTION_KEY"]
-    recorded = set(connection.scalars(select(SecretKeyCheck.check_value)))
+    recorded = set(connection.scalars(sealing_keys()))
     if recorded:
         if not ring_holds(recorded, config):
             raise mismatch(config)
@@ -145,6 +145,12 @@ def _verified(connection, config):
     for value in recorded:
         _record(connection, value)
     return recorded
+
+
+def sealing_keys():
+    """The database's record of the keys that sealed its secrets (their check values): read by
+    the start's check and by /health."""
+    return select(SecretKeyCheck.check_value)
 
 
 def ring_holds(recorded, config):
