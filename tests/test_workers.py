@@ -1,9 +1,15 @@
-"""app.workers' gunicorn workers, in process: how they stop."""
+"""app.workers' gunicorn workers: how they stop (in process), and how idle sync workers wait
+for a connection (real gunicorn workers)."""
 import os
+import select
 import signal
+import socket
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
+import pytest
 from gunicorn import glogging
 from gunicorn.config import Config
 
@@ -44,3 +50,53 @@ def test_a_second_quit_signal_inside_the_first_does_not_deadlock_a_gthread_worke
     assert not quitting.is_alive(), "the worker deadlocked in its quit handler"
     assert exits == [0] and worker.tpool.signalled
     worker.tmp.close()
+
+
+def _wake_ups(pid):
+    """How many times the process's main thread has gone to sleep and been woken (the worker's
+    request loop runs there; the statement-deadline watcher is a thread of its own)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("voluntary_ctxt_switches:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no voluntary_ctxt_switches for {pid}")
+
+
+def _workers_of(master, count, wait_s=30):
+    """The master's `count` worker pids, once it has forked them all."""
+    children = Path(f"/proc/{master}/task/{master}/children")
+    deadline = time.monotonic() + wait_s
+    while True:
+        workers = [int(pid) for pid in children.read_text().split()]
+        if len(workers) == count or time.monotonic() > deadline:
+            assert len(workers) == count
+            return workers
+        time.sleep(0.1)
+
+
+def _get_on_a_new_connection(port, path):
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
+        client.sendall(f"GET {path} HTTP/1.1\r\nHost: localhost\r\n"
+                       "Connection: close\r\n\r\n".encode())
+        answer = b""
+        while chunk := client.recv(65536):
+            answer += chunk
+    return answer.split(b" ", 2)[1]
+
+
+@pytest.mark.skipif(not hasattr(select, "EPOLLEXCLUSIVE"), reason="Linux's EPOLLEXCLUSIVE")
+def test_a_connection_wakes_one_idle_sync_worker_not_all(embedded_gunicorn):
+    """gunicorn's own sync workers all wait in select() on the shared listener, and every one
+    is woken by every connection: eight of them woke 5 to 6 times a request, one at a time.
+    Ours wait with EPOLLEXCLUSIVE: each connection wakes one, which may sleep once more
+    waiting for the request's bytes (about 2 a request)."""
+    start, _ = embedded_gunicorn
+    server = start(workers=8, threads=1)
+    workers = _workers_of(server.process.pid, 8)
+    for _ in range(20):  # every worker has imported and served what a request needs
+        assert _get_on_a_new_connection(server.port, "/no-such-page") == b"404"
+    before = sum(_wake_ups(pid) for pid in workers)
+    requests_made = 200
+    for _ in range(requests_made):  # one at a time: the other workers are idle throughout
+        assert _get_on_a_new_connection(server.port, "/no-such-page") == b"404"
+    woken = sum(_wake_ups(pid) for pid in workers) - before
+    assert woken < 3 * requests_made
