@@ -1,4 +1,5 @@
 """Small helpers shared by the tests (no fixtures here)."""
+import socket
 from dataclasses import dataclass
 
 
@@ -125,3 +126,24 @@ def wait_for_a_lock_wait(dsn, seconds=10):
     finally:
         watching.close()
     raise AssertionError("no statement ever waited for the lock")
+
+
+def raw_http(port, request, context=None):
+    """Send `request` as bytes on one connection (TLS when `context` is given) and return
+    (status, headers, body) of the answer: requests (and urllib3) refuse to send most of these."""
+    connection = socket.create_connection(("127.0.0.1", port), timeout=10)
+    if context is not None:
+        context.set_alpn_protocols(["http/1.1"])
+        connection = context.wrap_socket(connection, server_hostname="127.0.0.1")
+    with connection:
+        connection.sendall(request)
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers.setdefault(name.strip().lower(), []).append(value.strip())
+    return int(lines[0].split()[1]), headers, body

@@ -2,7 +2,6 @@
 deploy/nginx-compose.conf (the compose stack). Sync workers never face a slow client; /metrics
 stays off the public listener; the app trusts exactly the one hop nginx is."""
 import json
-import socket
 import ssl
 import time
 from pathlib import Path
@@ -12,6 +11,7 @@ import requests
 import trustme
 
 from tests.proxies import NginxServer, SlowClients, nginx_binary, render
+from tests.support import raw_http
 
 CONFIGS = ["nginx.conf", "nginx-compose.conf"]
 
@@ -127,27 +127,6 @@ def test_nginx_keeps_metrics_private_and_is_the_one_trusted_hop(behind_nginx, co
     assert {answer.headers["Server"] for answer in answers} == {"intentgate"}
 
 
-def _raw(port, request, context=None):
-    """Send `request` as bytes on one connection (TLS when `context` is given) and return
-    (status, headers, body) of the answer: requests (and urllib3) refuse to send most of these."""
-    connection = socket.create_connection(("127.0.0.1", port), timeout=10)
-    if context is not None:
-        context.set_alpn_protocols(["http/1.1"])
-        connection = context.wrap_socket(connection, server_hostname="127.0.0.1")
-    with connection:
-        connection.sendall(request)
-        answer = b""
-        while chunk := connection.recv(65536):
-            answer += chunk
-    head, _, body = answer.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    headers = {}
-    for line in lines[1:]:
-        name, _, value = line.partition(":")
-        headers.setdefault(name.strip().lower(), []).append(value.strip())
-    return int(lines[0].split()[1]), headers, body
-
-
 @pytest.mark.parametrize("config", CONFIGS)
 def test_requests_nginx_refuses_itself_are_answered_in_the_envelope(behind_nginx, config):
     """What nginx refuses before gunicorn sees it (a request line or headers too long, a request
@@ -169,13 +148,13 @@ def test_requests_nginx_refuses_itself_are_answered_in_the_envelope(behind_nginx
         b"Transfer-Encoding: gzip\r\n\r\n": (501, "transfer coding not supported"),
     }
     for request, (status, error) in refused.items():
-        answer = _raw(proxy.port, request, context)
+        answer = raw_http(proxy.port, request, context)
         assert answer[0] == status, (request[:40], answer)
         assert answer[1]["content-type"] == ["application/json"], request[:40]
         assert json.loads(answer[2]) == {"error": error,
                                          "request_id": answer[1]["x-request-id"][0]}
     if config == "nginx.conf":
-        plain = _raw(proxy.port, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        plain = raw_http(proxy.port, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         assert plain[0] == 403 and json.loads(plain[2])["error"] == (
             "HTTPS is required: this service does not accept plain HTTP")
     assert not [record for record in server.log_records()

@@ -3,7 +3,6 @@ for a connection (real gunicorn workers)."""
 import os
 import select
 import signal
-import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -14,6 +13,7 @@ from gunicorn import glogging
 from gunicorn.config import Config
 
 from app.workers import JsonErrorsThreadWorker
+from tests.support import raw_http
 
 
 def test_a_second_quit_signal_inside_the_first_does_not_deadlock_a_gthread_worker():
@@ -74,13 +74,9 @@ def _workers_of(master, count, wait_s=30):
 
 
 def _get_on_a_new_connection(port, path):
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
-        client.sendall(f"GET {path} HTTP/1.1\r\nHost: localhost\r\n"
-                       "Connection: close\r\n\r\n".encode())
-        answer = b""
-        while chunk := client.recv(65536):
-            answer += chunk
-    return answer.split(b" ", 2)[1]
+    status, _, _ = raw_http(port, f"GET {path} HTTP/1.1\r\nHost: localhost\r\n"
+                                  "Connection: close\r\n\r\n".encode())
+    return status
 
 
 @pytest.mark.skipif(not hasattr(select, "EPOLLEXCLUSIVE"), reason="Linux's EPOLLEXCLUSIVE")
@@ -93,10 +89,10 @@ def test_a_connection_wakes_one_idle_sync_worker_not_all(embedded_gunicorn):
     server = start(workers=8, threads=1)
     workers = _workers_of(server.process.pid, 8)
     for _ in range(20):  # every worker has imported and served what a request needs
-        assert _get_on_a_new_connection(server.port, "/no-such-page") == b"404"
+        assert _get_on_a_new_connection(server.port, "/no-such-page") == 404
     before = sum(_wake_ups(pid) for pid in workers)
     requests_made = 200
     for _ in range(requests_made):  # one at a time: the other workers are idle throughout
-        assert _get_on_a_new_connection(server.port, "/no-such-page") == b"404"
+        assert _get_on_a_new_connection(server.port, "/no-such-page") == 404
     woken = sum(_wake_ups(pid) for pid in workers) - before
     assert woken < 3 * requests_made
