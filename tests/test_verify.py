@@ -328,6 +328,20 @@ def test_bad_verify_requests(client, tenant, body, error):
     assert usage["usage_count"] == 0
 
 
+def test_a_verify_body_wrong_in_several_fields_names_each_the_first_in_the_error(client, tenant):
+    """Fields are judged in the order the body's schema declares them, the hash's own checks
+    included: the error text is the first field's, the details name every field at fault."""
+    body = {"original_intent_hash": "md5:" + "a" * 64,
+            "response": {**GOOD, "match_id": "m" * 257, "timestamp": "1"}}
+    response = client.post("/v1/intent/verify", headers=tenant.headers, json=body)
+    assert_envelope(response, 400, "intent hash must start with 'sha256:'")
+    assert response.get_json()["details"] == {
+        "original_intent_hash": ["intent hash must start with 'sha256:'"],
+        "response.match_id": ["response.match_id must be 1 to 256 characters"],
+        "response.timestamp": ["response.timestamp must be an integer (Unix seconds)"],
+    }
+
+
 @pytest.mark.parametrize("headers", [{}, {"X-Service-Key": "key_live_" + "2" * 48}])
 def test_verify_without_a_valid_key_is_401(client, headers):
     response = client.post("/v1/intent/verify", headers=headers,
