@@ -73,7 +73,7 @@ class Runner:
 
 def summarize(samples):
     summary = {key: statistics.median(sample[key] for sample in samples)
-               for key in ("rps", "p50_ms", "p99_ms", "wal_bytes_per_request")}
+               for key in ("rps", "p50_ms", "p99_ms", "mean_ms", "wal_bytes_per_request")}
     summary["cpu_ms_per_request"] = {
         kind: statistics.median(sample["cpu_ms_per_request"][kind] for sample in samples)
         for kind in samples[0]["cpu_ms_per_request"]}
@@ -116,6 +116,7 @@ def interleaved_rounds(runner, args, concurrencies):
                        expect_cleared=scenario.expect_cleared,
                        x_baseline=row["rps"] / baseline["rps"],
                        p99_x_baseline=row["p99_ms"] / baseline["p99_ms"],
+                       mean_x_baseline=row["mean_ms"] / baseline["mean_ms"],
                        # The primary is the ceiling of the whole service: its CPU per request
                        # against the reference's one durable write.
                        pg_cpu_x_baseline=(row["cpu_ms_per_request"]["postgres"]

@@ -28,6 +28,7 @@ def parse(output):
         return float(number) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
 
     latency = dict(re.findall(r"^\s+(50|99)%\s+(\S+)", output, re.M))
+    mean = re.search(r"^\s+Latency\s+([\d.]+(?:us|ms|s))\s", output, re.M)  # Thread Stats' Avg
     non_2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", output)
     errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)",
                        output)
@@ -35,6 +36,7 @@ def parse(output):
         "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", output).group(1)),
         "p50_ms": duration_ms(latency["50"]),
         "p99_ms": duration_ms(latency["99"]),
+        "mean_ms": duration_ms(mean.group(1)),
         "requests": int(re.search(r"(\d+) requests in", output).group(1)),
         "non_2xx": int(non_2xx.group(1)) if non_2xx else 0,
         "socket_errors": sum(map(int, errors.groups())) if errors else 0,

@@ -1,5 +1,5 @@
 """The benchmark's Markdown table and chart, from the results dictionary of driver.py."""
-from scenarios import BASELINE, REFERENCE_JSON, TARGETS
+from scenarios import BASELINE, MEAN_LATENCY_TARGETS, REFERENCE_JSON, TARGETS
 
 CPU_KINDS = (("gunicorn", "workers"), ("postgres", "PostgreSQL"), ("redis", "Redis"))
 
@@ -12,19 +12,21 @@ def print_markdown(results):
           f"load average at start {run['load_average_at_start'][0]:.2f}.")
     for concurrency, rows in results["scenarios"].items():
         print(f"\nconcurrency {concurrency}\n")
-        print(f"| route | req/s | x /{BASELINE} | p99 ms | p99 x /{BASELINE} | CPU ms per request: "
-              f"workers / PostgreSQL / Redis | all CPU ms per request | PostgreSQL CPU x "
-              f"/{BASELINE} | WAL bytes per request |")
-        print("|---|---|---|---|---|---|---|---|---|")
+        print(f"| route | req/s | x /{BASELINE} | p99 ms | p99 x /{BASELINE} | mean ms | mean x "
+              f"/{BASELINE} | CPU ms per request: workers / PostgreSQL / Redis | all CPU ms per "
+              f"request | PostgreSQL CPU x /{BASELINE} | WAL bytes per request |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         for row in rows.values():
             used = row["cpu_ms_per_request"]
             split = " / ".join(f"{used[kind]:.2f}" for kind, _ in CPU_KINDS)
             print(f"| {row['label']} | {row['rps']:.0f} | {row['x_baseline']:.2f} | "
-                  f"{row['p99_ms']:.1f} | {row['p99_x_baseline']:.2f} | {split} | "
+                  f"{row['p99_ms']:.1f} | {row['p99_x_baseline']:.2f} | "
+                  f"{row['mean_ms']:.2f} | {row['mean_x_baseline']:.2f} | {split} | "
                   f"{used['machine']:.2f} | {row['pg_cpu_x_baseline']:.2f} | "
                   f"{row['wal_bytes_per_request']:.0f} |")
         print()
-        for line in target_lines(rows) + warning_lines(rows):
+        for line in (target_lines(rows) + mean_latency_lines(concurrency, rows)
+                     + warning_lines(rows)):
             print(line)
     growth = results.get("growth")
     if growth:
@@ -48,6 +50,17 @@ def target_lines(rows):
             f", p99 <= {most_p99_ratio}x" if most_p99_ratio is not None else "")
         lines.append(f"- target {row['label']}: {wanted}: {'met' if met else 'MISSED'} "
                      f"({row['x_baseline']:.2f}x, p99 {row['p99_x_baseline']:.2f}x)")
+    return lines
+
+
+def mean_latency_lines(concurrency, rows):
+    lines = []
+    for name, most_ratio in MEAN_LATENCY_TARGETS.get(concurrency, {}).items():
+        if name in rows:
+            row = rows[name]
+            met = row["mean_x_baseline"] <= most_ratio
+            lines.append(f"- target {row['label']}: mean latency <= {most_ratio}x /{BASELINE}: "
+                         f"{'met' if met else 'MISSED'} ({row['mean_x_baseline']:.2f}x)")
     return lines
 
 
