@@ -4,7 +4,10 @@ import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import flask
+import flask_limiter
 import pytest
+from flask import request
 from limits import parse
 from limits.storage import storage_from_string
 from limits.strategies import STRATEGIES
@@ -14,6 +17,7 @@ from app.auth import authenticate
 from app.extensions import limiter
 from app.openapi import Blueprint
 from app.traffic import limits
+from app.traffic.limiter import Limiter
 from app.traffic.storage import DatabaseStorage
 from app.traffic.strategy import BREAKER_SECONDS, TokenBucketRateLimiter
 from tests.support import assert_envelope
@@ -214,3 +218,75 @@ def test_a_key_of_the_wrong_kind_spends_its_own_bucket(app, client, make_tenant,
         assert answers[0].headers["X-RateLimit-Limit"] == "2"
         assert answers[0].headers["X-RateLimit-Remaining"] == "1"
         assert_envelope(answers[2], 429, "rate limit exceeded")
+
+
+def _decisions(limiter_class, meta_limits=()):
+    """What `limiter_class` decides for a sequence of requests to an app declaring limits as the
+    service does (shared per blueprint, with exemptions, keys and an on_breach callback) and as
+    it does not (a view's own limits beside them, per method and for one method, a key that
+    comes out empty): each answer's status and body, with the limits the request spent from as
+    the library records them for the headers."""
+    app = flask.Flask(__name__)
+    app.config.update(RATELIMIT_STORAGE_URI="memory://", RATELIMIT_STRATEGY="fixed-window")
+    limiter_under_test = limiter_class(key_func=lambda: "everyone", auto_check=False,
+                                       meta_limits=list(meta_limits))
+    pages = flask.Blueprint("pages", __name__)
+    limiter_under_test.shared_limit("3 per minute", "caller",
+                                    key_func=lambda: request.headers.get("Who", ""),
+                                    exempt_when=lambda: "Anonymous" in request.headers)(pages)
+    limiter_under_test.shared_limit(
+        "2 per minute", "anonymous", key_func=lambda: "address",
+        exempt_when=lambda: "Anonymous" not in request.headers,
+        on_breach=lambda spent: flask.Response(f"breached {spent.limit}", status=429))(pages)
+
+    @pages.before_request
+    def check():
+        limiter_under_test.check()
+        spent = limiter_under_test.current_limit
+        flask.g.spent = [str(spent.limit), spent.key, spent.breached] if spent else None
+        flask.g.all_spent = [[str(one.limit), one.key] for one in limiter_under_test.current_limits]
+
+    @pages.route("/page", methods=["GET", "POST"])
+    def page():
+        return {"spent": flask.g.spent, "all": flask.g.all_spent}
+
+    @pages.route("/own", methods=["GET", "POST"])
+    @limiter_under_test.limit("2 per minute", per_method=True, override_defaults=False,
+                              key_func=lambda: request.headers["Who"])
+    @limiter_under_test.limit("1 per minute", methods=["POST"], override_defaults=False,
+                              key_func=lambda: request.headers["Who"])
+    def own():
+        return page()
+    app.register_blueprint(pages)
+    limiter_under_test.init_app(app)
+    client = app.test_client()
+    answers = []
+    for path, method, headers in (
+            [("/page", "GET", {"Who": "a"})] * 4 + [("/page", "GET", {"Who": ""})]
+            + [("/page", "POST", {"Anonymous": "1"})] * 3 + [("/own", "GET", {"Who": "b"})] * 3
+            + [("/own", "POST", {"Who": "b"})] * 2):
+        answered = client.open(path, method=method, headers=headers)
+        answers.append((answered.status_code,
+                        answered.get_json() or answered.get_data(as_text=True)))
+    return answers
+
+
+@pytest.mark.parametrize("meta_limits", [(), ("2 per minute",)])
+def test_check_decides_as_flask_limiters_own_decision(meta_limits):
+    """The Limiter's check() settles per endpoint what the library works out per request
+    (app.traffic.limiter): its answers, the limits spent from and those recorded for the
+    headers are the library's own, in order, breaches, exemptions and callbacks included; with a
+    meta limit, which it leaves to the library, too."""
+    ours = _decisions(Limiter, meta_limits)
+    assert ours == _decisions(flask_limiter.Limiter, meta_limits)
+    statuses = [status for status, _ in ours]
+    if meta_limits:  # two breaches within the minute: every request after them is refused
+        assert statuses == [200, 200, 200, 429, 200, 200, 200, 429] + [429] * 5
+    else:
+        assert statuses == [200, 200, 200, 429, 200, 200, 200, 429, 200, 200, 429, 200, 429]
+        assert ours[4][1] == {"spent": None, "all": []}  # an empty key: the limit is skipped
+        assert ours[7][1] == "breached 2 per 1 minute"  # the breached limit's own on_breach
+        # A view's own limit is the one its headers follow (not the shared one); its limit for
+        # POST alone is not spent by a GET.
+        assert ours[8][1]["spent"][:2] == ["2 per 1 minute", "LIMITER/b/pages.own:GET/2/1/minute"]
+        assert "1 per 1 minute" in ours[12][1]

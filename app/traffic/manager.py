@@ -14,6 +14,7 @@ import weakref
 from flask import current_app
 from flask.globals import _cv_app
 from flask_limiter.manager import LimitManager
+from flask_limiter.util import get_qualified_name
 
 
 class ResolvedLimitManager(LimitManager):
@@ -40,6 +41,24 @@ class ResolvedLimitManager(LimitManager):
         if known is None or known[0] != values:
             known = answers[key] = (values, super().resolve_limits(
                 app, endpoint, blueprint, callable_name, in_middleware, marked_for_limiting))
+        return known[1]
+
+    def view_limits(self, app, endpoint, blueprint):
+        """The limits a view's check() applies, in the order the library evaluates them, when
+        they are all declared on its blueprints or on itself and spend a fixed cost whatever
+        the response; None otherwise (app.traffic.limiter leaves those to the library)."""
+        answers = self._answers_of(app)
+        key = ("view", endpoint, blueprint)
+        values = self._limit_values(blueprint)
+        known = answers.get(key)
+        if known is None or known[0] != values:
+            view = app.view_functions.get(endpoint)
+            name = get_qualified_name(view) if view else ""
+            defaults, decorated = super().resolve_limits(app, endpoint, blueprint, name)
+            plain = not defaults and all(limit.deduct_when is None
+                                         and isinstance(limit._cost, int)
+                                         for limit in decorated)
+            known = answers[key] = (values, sorted(decorated, key=_by_item) if plain else None)
         return known[1]
 
     def exemption_scope(self, app, endpoint, blueprint):
@@ -102,3 +121,7 @@ class ResolvedLimitManager(LimitManager):
     def add_endpoint_hint(self, endpoint, callable):  # noqa: A002 - the library's name
         super().add_endpoint_hint(endpoint, callable)
         self._forget()
+
+
+def _by_item(limit):
+    return limit.limit
