@@ -220,7 +220,7 @@ def test_a_key_of_the_wrong_kind_spends_its_own_bucket(app, client, make_tenant,
         assert_envelope(answers[2], 429, "rate limit exceeded")
 
 
-def _decisions(limiter_class, meta_limits=()):
+def _decisions(limiter_class, options):
     """What `limiter_class` decides for a sequence of requests to an app declaring limits as the
     service does (shared per blueprint, with exemptions, keys and an on_breach callback) and as
     it does not (a view's own limits beside them, per method and for one method, a key that
@@ -228,8 +228,7 @@ def _decisions(limiter_class, meta_limits=()):
     the library records them for the headers."""
     app = flask.Flask(__name__)
     app.config.update(RATELIMIT_STORAGE_URI="memory://", RATELIMIT_STRATEGY="fixed-window")
-    limiter_under_test = limiter_class(key_func=lambda: "everyone", auto_check=False,
-                                       meta_limits=list(meta_limits))
+    limiter_under_test = limiter_class(key_func=lambda: "everyone", auto_check=False, **options)
     pages = flask.Blueprint("pages", __name__)
     limiter_under_test.shared_limit("3 per minute", "caller",
                                     key_func=lambda: request.headers.get("Who", ""),
@@ -271,16 +270,18 @@ def _decisions(limiter_class, meta_limits=()):
     return answers
 
 
-@pytest.mark.parametrize("meta_limits", [(), ("2 per minute",)])
-def test_check_decides_as_flask_limiters_own_decision(meta_limits):
+@pytest.mark.parametrize("options", [{}, {"default_limits": ["4 per minute"]},
+                                     {"meta_limits": ["2 per minute"]}])
+def test_check_decides_as_flask_limiters_own_decision(options):
     """The Limiter's check() settles per endpoint what the library works out per request
     (app.traffic.limiter): its answers, the limits spent from and those recorded for the
     headers are the library's own, in order, breaches, exemptions and callbacks included; with a
-    meta limit, which it leaves to the library, too."""
-    ours = _decisions(Limiter, meta_limits)
-    assert ours == _decisions(flask_limiter.Limiter, meta_limits)
+    default or a meta limit, which it leaves to the library, too."""
+    ours = _decisions(Limiter, options)
+    assert ours == _decisions(flask_limiter.Limiter, options)
     statuses = [status for status, _ in ours]
-    if meta_limits:  # two breaches within the minute: every request after them is refused
+    if "meta_limits" in options:
+        # Two breaches within the minute: every request after them is refused.
         assert statuses == [200, 200, 200, 429, 200, 200, 200, 429] + [429] * 5
     else:
         assert statuses == [200, 200, 200, 429, 200, 200, 200, 429, 200, 200, 429, 200, 429]

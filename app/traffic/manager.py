@@ -46,7 +46,11 @@ class ResolvedLimitManager(LimitManager):
     def view_limits(self, app, endpoint, blueprint):
         """The limits a view's check() applies, in the order the library evaluates them, when
         they are all declared on its blueprints or on itself and spend a fixed cost whatever
-        the response; None otherwise (app.traffic.limiter leaves those to the library)."""
+        the response; None otherwise (app.traffic.limiter leaves those to the library).
+        With default limits, whether they apply may follow the request's method (a view's
+        limits for other methods only): the library decides each request then."""
+        if self._default_limits:
+            return None
         answers = self._answers_of(app)
         key = ("view", endpoint, blueprint)
         values = self._limit_values(blueprint)
@@ -54,10 +58,9 @@ class ResolvedLimitManager(LimitManager):
         if known is None or known[0] != values:
             view = app.view_functions.get(endpoint)
             name = get_qualified_name(view) if view else ""
-            defaults, decorated = super().resolve_limits(app, endpoint, blueprint, name)
-            plain = not defaults and all(limit.deduct_when is None
-                                         and isinstance(limit._cost, int)
-                                         for limit in decorated)
+            _, decorated = super().resolve_limits(app, endpoint, blueprint, name)
+            plain = all(limit.deduct_when is None and isinstance(limit._cost, int)
+                        for limit in decorated)
             known = answers[key] = (values, sorted(decorated, key=_by_item) if plain else None)
         return known[1]
 
