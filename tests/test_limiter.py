@@ -291,3 +291,35 @@ def test_check_decides_as_flask_limiters_own_decision(options):
         # POST alone is not spent by a GET.
         assert ours[8][1]["spent"][:2] == ["2 per 1 minute", "LIMITER/b/pages.own:GET/2/1/minute"]
         assert "1 per 1 minute" in ours[12][1]
+
+
+def _default_limit_decisions(limiter_class, methods):
+    """A default limit beside a view's own limit for POST only: a GET falls under the default
+    (the view's limit does not apply to it), a POST does not."""
+    app = flask.Flask(__name__)
+    app.config.update(RATELIMIT_STORAGE_URI="memory://", RATELIMIT_STRATEGY="fixed-window")
+    limiter_under_test = limiter_class(key_func=lambda: "everyone", auto_check=False,
+                                       default_limits=["1 per minute"])
+
+    @app.route("/page", methods=["GET", "POST"])
+    @limiter_under_test.limit("5 per minute", methods=["POST"])
+    def page():
+        limiter_under_test.check()
+        return {}
+
+    limiter_under_test.init_app(app)
+    client = app.test_client()
+    return [client.open("/page", method=method).status_code for method in methods]
+
+
+@pytest.mark.parametrize("methods", [["POST", "GET", "GET", "POST", "POST"],
+                                     ["GET", "GET", "POST", "POST"]])
+def test_whether_a_default_limit_applies_follows_each_request_s_method(methods):
+    """The limit manager keeps what it resolved per endpoint; a default limit's applying
+    depends on the method as well, and is not taken from an earlier request's."""
+    expected = {"GET": [200, 429], "POST": [200] * 3}
+    statuses = _default_limit_decisions(Limiter, methods)
+    assert statuses == _default_limit_decisions(flask_limiter.Limiter, methods)
+    for method, answers in expected.items():
+        assert [status for asked, status in zip(methods, statuses)
+                if asked == method] == answers[:methods.count(method)]

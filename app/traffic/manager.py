@@ -7,7 +7,8 @@ its cost per request under the profiler. This manager keeps each answer, keyed b
 and by the current value of the limit strings that apply (they follow the settings, so a
 changed RATE_LIMIT_CAPACITY is seen on the next request), and forgets everything when a limit
 or an exemption is added. The limits themselves are unchanged: keys, exemptions (`exempt_when`)
-and scopes are still evaluated by the library on every request.
+and scopes are still evaluated by the library on every request. With default limits nothing is
+kept: whether they apply follows each request's method.
 """
 import weakref
 
@@ -34,6 +35,9 @@ class ResolvedLimitManager(LimitManager):
 
     def resolve_limits(self, app, endpoint=None, blueprint=None, callable_name=None,
                        in_middleware=False, marked_for_limiting=False):
+        if self._follows_method():
+            return super().resolve_limits(app, endpoint, blueprint, callable_name,
+                                          in_middleware, marked_for_limiting)
         answers = self._answers_of(app)
         key = ("limits", endpoint, blueprint, callable_name, in_middleware, marked_for_limiting)
         values = self._limit_values(blueprint)
@@ -46,10 +50,8 @@ class ResolvedLimitManager(LimitManager):
     def view_limits(self, app, endpoint, blueprint):
         """The limits a view's check() applies, in the order the library evaluates them, when
         they are all declared on its blueprints or on itself and spend a fixed cost whatever
-        the response; None otherwise (app.traffic.limiter leaves those to the library).
-        With default limits, whether they apply may follow the request's method (a view's
-        limits for other methods only): the library decides each request then."""
-        if self._default_limits:
+        the response; None otherwise (app.traffic.limiter leaves those to the library)."""
+        if self._follows_method():
             return None
         answers = self._answers_of(app)
         key = ("view", endpoint, blueprint)
@@ -71,6 +73,12 @@ class ResolvedLimitManager(LimitManager):
         if scope is None:
             scope = answers[key] = super().exemption_scope(app, endpoint, blueprint)
         return scope
+
+    def _follows_method(self):
+        """With default limits, whether they apply follows the request's method (a view's own
+        limits for other methods only leave it under them): nothing is kept per endpoint then,
+        the library resolves each request."""
+        return bool(self._default_limits)
 
     def _answers_of(self, app):
         if app is current_app:  # the proxy itself (no lookup through it): the app behind it
